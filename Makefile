@@ -44,13 +44,34 @@ export: install
 	$(BIN)/nbdev_clean
 	$(MAKE) readme
 
+# README.md is nbs/index.ipynb as GitHub Markdown (depthnb.docs, nbs/12_docs.ipynb).
 readme: install
-	$(BIN)/nbdev_proc_nbs --file_glob index.ipynb >/dev/null
-	$(BIN)/jupyter nbconvert --to markdown _proc/index.ipynb --output-dir . --output README >/dev/null 2>&1
-	@echo "README.md regenerated from nbs/index.ipynb"
+	$(BIN)/python -m depthnb.docs readme
 
 nbs: install
 	$(BIN)/python -m depthnb.cli run-notebooks
+
+# The docs site: nbdev's processing, then Sphinx + MyST-NB into _docs/ (nbs/12_docs.ipynb says why).
+# Its requirements (depthnb.docs.DOCS_REQUIREMENTS) are installed into the venv on first use.
+# `make docs DOCS_CHECK=1` also opens the site in headless Chromium (Debian's chromium package)
+# and saves screenshots to runs/docs-screenshots/.
+DOCS_CHECK ?=
+docs: install
+	$(BIN)/python -m depthnb.docs deps $(if $(DOCS_CHECK),--browser)
+	$(BIN)/nbdev_sidebar
+	$(BIN)/python -m depthnb.docs $(if $(DOCS_CHECK),check,build)
+	@echo "site in _docs/: open _docs/index.html, or serve it with $(BIN)/python -m http.server -d _docs"
+
+# JupyterLab on nbs/, with this venv registered as the kernel "Python (depthnb)" (venv-local by
+# default; KERNEL_SCOPE=--user registers it for every Jupyter of this user). Notebooks that name the
+# plain python3 kernel also run in this venv here. Extra flags: LAB_ARGS="--no-browser --port 8890".
+KERNEL_SCOPE ?= --sys-prefix
+LAB_ARGS ?=
+lab: install
+	@$(BIN)/python -c "import jupyterlab" 2>/dev/null || $(BIN)/python -m pip install -q "jupyterlab>=4"
+	$(BIN)/python -m ipykernel install $(KERNEL_SCOPE) --name depthnb --display-name "Python (depthnb)"
+	$(BIN)/jupyter lab --ServerApp.root_dir=nbs --MultiKernelManager.default_kernel_name=depthnb \
+	  $(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS)
 
 clean:
 	rm -rf _proc _docs .pytest_cache
