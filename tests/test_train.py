@@ -1,0 +1,160 @@
+"""Pretraining runs: loss falls, exact resume after SIGKILL, corrupt-checkpoint fallback, config refusal,
+NaN stop, and 2-process data parallelism equal to 1 process (CPU, gloo)."""
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _train_common import Crash, DataHook, small_config, small_data  # noqa: E402
+
+from depthnb.model import DecoderLM  # noqa: E402
+from depthnb.train import (ConfigMismatchError, NonFiniteLossError, is_done, latest_checkpoint,  # noqa: E402
+                           load_model, pretrain, read_metrics)
+
+SCRIPT = Path(__file__).parent / "_pretrain_script.py"
+ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
+
+
+@pytest.fixture(scope="module")
+def data():
+    return small_data()
+
+
+@pytest.fixture(scope="module")
+def reference(data, tmp_path_factory):
+    "An uninterrupted run of `small_config()` in this process (one thread, like the subprocesses)."
+    torch.set_num_threads(1)
+    run = tmp_path_factory.mktemp("reference")
+    pretrain(small_config(), run, data=data, progress=False)
+    return run
+
+
+def assert_same_weights(a: DecoderLM, b: DecoderLM, exact: bool = True, atol: float = 0.0):
+    sa, sb = a.state_dict(), b.state_dict()
+    assert sa.keys() == sb.keys()
+    for k in sa:
+        if exact:
+            assert torch.equal(sa[k], sb[k]), f"{k} differs"
+        else:
+            torch.testing.assert_close(sa[k], sb[k], rtol=0, atol=atol, msg=f"{k} differs")
+
+
+def test_loss_falls_and_run_store(reference):
+    train = read_metrics(reference, "train")
+    assert train.step.tolist() == list(range(5, 41, 5))
+    assert train.loss.iloc[-1] < train.loss.iloc[0] - 0.5, train.loss.tolist()
+    assert math.isclose(train.loss.iloc[0], math.log(512), abs_tol=0.5)  # starts near uniform over the vocabulary
+    ev = read_metrics(reference, "eval")
+    assert set(ev.split) == {"enwiki_valid"} and ev.ppl.iloc[-1] < ev.ppl.iloc[0]
+    snaps = read_metrics(reference, "snapshot")
+    assert snaps.step.tolist() == [4, 13, 40]  # log-spaced from the end of warm-up
+    assert all((reference / p).exists() for p in snaps.path)
+    assert sorted(p.name for p in (reference / "checkpoints").glob("*.pt")) == ["step_00000030.pt", "step_00000040.pt"]
+    assert is_done(reference) and (reference / "final.pt").exists()
+    assert train.tokens.iloc[-1] == 40 * 8 * 32 and train.mfu.isna().all() and (train.tokens_per_s > 0).all()
+    # a finished run is a no-op that says so
+    msgs = []
+    pretrain(small_config(), reference, data=None, progress=False, log=msgs.append)
+    assert "finished already" in msgs[0]
+
+
+def test_resume_after_sigkill_is_bit_identical(reference, tmp_path):
+    run = tmp_path / "killed"
+    proc = subprocess.Popen([sys.executable, str(SCRIPT), str(run), "--sleep", "0.05"], env=ENV,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    deadline = time.time() + 120
+    while not list((run / "checkpoints").glob("*.sha256")):
+        assert proc.poll() is None, proc.stdout.read().decode()
+        assert time.time() < deadline, "no checkpoint within 120 s"
+        time.sleep(0.01)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL and not is_done(run)
+    step = latest_checkpoint(run)[1]["step"]
+    assert 10 <= step < 40
+    out = subprocess.run([sys.executable, str(SCRIPT), str(run)], env=ENV, capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert f"resuming from step_{step:08d}.pt" in out.stdout
+    assert_same_weights(load_model(run), load_model(reference))
+    # every step is logged once, with the same losses as the uninterrupted run
+    assert read_metrics(run, "train").loss.tolist() == read_metrics(reference, "train").loss.tolist()
+
+
+def test_corrupt_newest_checkpoint_is_skipped(data, reference, tmp_path):
+    run = tmp_path / "crashed"
+    with pytest.raises(Crash):
+        pretrain(small_config(), run, data=DataHook(data, crash_at=25), progress=False)
+    newest = run / "checkpoints" / "step_00000020.pt"
+    newest.write_bytes(newest.read_bytes()[: newest.stat().st_size // 2])  # truncated
+    msgs = []
+    with pytest.warns(UserWarning, match="SHA-256 mismatch"):
+        pretrain(small_config(), run, data=data, progress=False, log=msgs.append)
+    assert any("step_00000020.pt" in m and "mismatch" in m for m in msgs)
+    assert any("resuming from step_00000010.pt" in m for m in msgs)
+    assert_same_weights(load_model(run), load_model(reference))
+
+
+def test_config_mismatch_is_refused(reference, data):
+    with pytest.raises(ConfigMismatchError) as e:
+        pretrain(small_config(lr=1e-3, batch_size=16), reference, data=data, progress=False)
+    assert "config.lr: 0.003 != 0.001" in str(e.value) and "config.batch_size: 8 != 16" in str(e.value)
+
+
+def test_nan_loss_stops_the_run_and_keeps_the_last_checkpoint(data, tmp_path):
+    cfg = small_config(ckpt_every=5)
+    torch.manual_seed(cfg.seed)
+    model = DecoderLM(cfg.model)
+    forward, calls = model.forward, {"n": 0}
+
+    def poisoned(idx, targets=None, **kw):  # training step 13 gets a NaN loss
+        logits, loss = forward(idx, targets, **kw)
+        if model.training:
+            calls["n"] += 1
+            if calls["n"] == 13:
+                loss = loss * float("nan")
+        return logits, loss
+
+    model.forward = poisoned
+    run = tmp_path / "nan"
+    with pytest.raises(NonFiniteLossError, match="non-finite loss at step 13") as e:
+        pretrain(cfg, run, init_model=model, data=data, progress=False)
+    assert "last checkpoint (step 10)" in str(e.value)
+    path, state = latest_checkpoint(run)
+    assert path.name == "step_00000010.pt" and not is_done(run)
+    assert all(torch.isfinite(t).all() for t in state["model"].values())
+    assert read_metrics(run, "train").step.max() == 10
+
+
+def test_two_process_ddp_matches_one_process(reference, tmp_path):
+    run = tmp_path / "ddp"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(SCRIPT), str(run)]
+    out = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    one, two = read_metrics(reference, "train"), read_metrics(run, "train")
+    assert one.step.tolist() == two.step.tolist()
+    torch.testing.assert_close(torch.tensor(two.loss.values), torch.tensor(one.loss.values), rtol=1e-5, atol=1e-5)
+    e1, e2 = read_metrics(reference, "eval"), read_metrics(run, "eval")
+    torch.testing.assert_close(torch.tensor(e2.loss.values), torch.tensor(e1.loss.values), rtol=1e-5, atol=1e-5)
+    assert_same_weights(load_model(run), load_model(reference), exact=False, atol=1e-4)
+
+
+def test_stages_continue_one_schedule(reference, data, tmp_path):
+    "MIDAS's use: train [0, 20) in one directory, hand model and optimizer state to [20, 40) in another."
+    cfg = small_config()
+    first = pretrain(cfg, tmp_path / "stage1", stop_step=20, data=data, progress=False)
+    _, state = latest_checkpoint(tmp_path / "stage1")
+    assert state["step"] == 20 and is_done(tmp_path / "stage1")
+    second = pretrain(cfg, tmp_path / "stage2", init_model=first, init_optimizer_state=state["optimizer"],
+                      start_step=20, data=data, progress=False)
+    assert_same_weights(second, load_model(reference))
+    assert read_metrics(tmp_path / "stage2", "train").step.tolist() == [25, 30, 35, 40]
+    with pytest.raises(ValueError, match="init_model's config differs"):
+        pretrain(small_config(), tmp_path / "stage3", init_model=DecoderLM(small_config(**{"model.n_layers": 3}).model),
+                 start_step=20, data=data, progress=False)
