@@ -12,13 +12,16 @@ TORCH_VERSION ?= 2.13.0
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.depthnb-installed
 
-.PHONY: help install reproduce test test-fast export clean-nbs readme nbs lab docs clean
+.PHONY: help install reproduce test export readme nbs lab docs clean
 
 help:
 	@echo "make reproduce   install, then run the $(PRESET) preset end to end (results in runs/ and figures/)"
 	@echo "make test        install, then nbdev_test (notebooks) and pytest (tests/)"
 	@echo "make export      notebooks -> depthnb/ (nbdev_export), clean notebooks, regenerate README.md"
-	@echo "make nbs         re-execute the component notebooks in place (refreshes their outputs)"
+	@echo "make nbs         re-execute the component notebooks in place (refreshes their stored outputs)"
+	@echo "make docs        build the docs site into _docs/ (DOCS_CHECK=1: also check it in headless Chromium)"
+	@echo "make lab         JupyterLab on nbs/ with this environment as the kernel"
+	@echo "make readme      regenerate README.md from nbs/index.ipynb"
 
 # --system-site-packages lets a PyTorch already installed for this python (a GPU build) be reused.
 $(BIN)/python:
@@ -48,8 +51,13 @@ export: install
 readme: install
 	$(BIN)/python -m depthnb.docs readme
 
+# Stored outputs (tables, figures) are what the docs site and GitHub show: refresh them after edits.
+NBS ?= $(wildcard nbs/[0-9]*.ipynb) nbs/index.ipynb
 nbs: install
-	$(BIN)/python -m depthnb.cli run-notebooks
+	@for nb in $(NBS); do echo "executing $$nb"; \
+	  OMP_NUM_THREADS=2 $(BIN)/jupyter nbconvert --to notebook --execute --inplace \
+	    --ExecutePreprocessor.timeout=1800 "$$nb" >/dev/null 2>&1 || { echo "failed: $$nb"; exit 1; }; done
+	$(BIN)/nbdev_clean
 
 # The docs site: nbdev's processing, then Sphinx + MyST-NB into _docs/ (nbs/12_docs.ipynb says why).
 # Its requirements (depthnb.docs.DOCS_REQUIREMENTS) are installed into the venv on first use.

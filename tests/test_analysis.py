@@ -15,7 +15,7 @@ from depthnb.analysis import (collect_metrics, common_loss_threshold, cumulative
                               ffn_rank_profile, isoplot_frame, latency_fit, layer_similarity, layer_update_similarity,
                               marchenko_pastur_spectrum, paper_table3, rank_fraction, rank_profiles, rank_summary, read_eval,
                               relative_perplexity, runs_table, select_first_reaching, singular_spectrum, spectrum_auc,
-                              summarize_seeds, t_quantile, table3, value_at_steps)
+                              summarize_seeds, table3, value_at_steps)
 from depthnb.config import ModelConfig
 from depthnb.model import DecoderLM
 from depthnb.solver import SIZE_CLASSES, solve_d_ff
@@ -173,16 +173,6 @@ def test_rank_curves_from_origin_to_one_and_summary_matches_mp_at_init():
 
 
 # ---------------------------------------------------------------- statistics, perplexity, Table 3
-
-
-@pytest.mark.parametrize("df,q", [(1, 12.7062), (2, 4.3027), (3, 3.1824), (4, 2.7764), (9, 2.2622), (29, 2.0452)])
-def test_t_quantile_matches_tables(df, q):
-    assert t_quantile(0.975, df) == pytest.approx(q, abs=1e-3)
-
-
-def test_t_quantile_other_levels_and_normal_limit():
-    assert t_quantile(0.95, 5) == pytest.approx(2.0150, abs=1e-3)
-    assert t_quantile(0.995, 1e6) == pytest.approx(2.5758, abs=1e-3)
 
 
 def test_summarize_seeds_interval():
