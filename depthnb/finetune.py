@@ -22,7 +22,7 @@ from tqdm.auto import tqdm
 
 from .config import (DataConfig, FinetuneConfig, Preset, add_preset_args, from_dict, preset_from_args,
                             to_dict)
-from .data import load_task, load_tokenizer, train_tokenizer
+from .data import GENERALIZATION_SPLIT, load_task, load_tokenizer, train_tokenizer
 from .model import DecoderLM
 from .train import (DistInfo, MetricsLog, _check_finite, _preset, _size_class, _step_name, atomic_write,
                            autocast, is_done, latest_checkpoint, load_model, lr_at, make_optimizer, mark_done,
@@ -34,7 +34,7 @@ from .train import (DistInfo, MetricsLog, _check_finite, _preset, _size_class, _
 __all__ = ['encode_example', 'lm_pair', 'collate', 'bucket_batches', 'BatchSchedule', 'greedy_decode', 'normalize', 'exact_match',
            'token_batches', 'target_loss', 'evaluate', 'run_tokenizer', 'source_run_dir', 'in_distribution_split',
            'generalization_split', 'LazyPairs', 'cached_task', 'finetune', 'finetune_config', 'finetune_run_dir',
-           'evaluate_run', 'cli_finetune', 'cli_evaluate']
+           'evaluate_run', 'finetune_job', 'cli_finetune', 'cli_evaluate']
 
 # %% ../nbs/07_finetune.ipynb #e96f4856
 def encode_example(tokenizer, source: str, target: str) -> tuple[list[int], int]:
@@ -400,6 +400,26 @@ def evaluate_run(run_dir: Path | str, split: str | None = None, *, weights: str 
     return evaluate(model, run_tokenizer(run_dir), dataset[split], split=stem, batch_size=cfg.eval_batch_size,
                     max_new_tokens=cfg.max_new_tokens, limit=limit, use_cache=use_cache, device=device,
                     bf16=cfg.bf16, out_dir=run_dir / "eval", progress=progress)
+
+# %% ../nbs/07_finetune.ipynb #c70f476a
+def finetune_job(preset: Preset | str, size_class, n_layers: int, seed: int, task: str, *,
+                 source: str | Path | None = None, tag: str | None = None, evaluate: bool = True) -> str:
+    "Fine-tune (or find finished) one run of a preset's sweep, score its generalization split; returns the run directory."
+    p = _preset(preset)
+    if source is not None and tag is None:
+        raise ValueError(f"finetune_job: source={str(source)!r} needs a tag, so that its run does not take the "
+                         "place of the run fine-tuned from the final pretrained weights")
+    if source is None:
+        source = pretrain_run_dir(p, size_class, n_layers, seed)
+        if not is_done(source):
+            raise RuntimeError(f"{source}: the pretraining run has not finished (run the pretraining sweep first)")
+    run_dir = finetune_run_dir(p, size_class, n_layers, seed, task, tag)
+    quiet = lambda *a, **k: None
+    finetune(source, task, finetune_config(p, seed), run_dir, progress=False, log=quiet)
+    split = GENERALIZATION_SPLIT[task]
+    if evaluate and not (run_dir / "eval" / f"{split}.json").exists():
+        evaluate_run(run_dir, split, log=quiet)
+    return str(run_dir)
 
 # %% ../nbs/07_finetune.ipynb #d0ab69e8
 def _selection_args(ap: argparse.ArgumentParser) -> None:

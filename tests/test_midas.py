@@ -274,3 +274,157 @@ def test_stage_depths_and_births():
     births = birth_stages(6, 1, "midas")
     assert [len(b) for b in births] == [1, 2, 3, 4, 5, 6] and sorted(births[-1]) == [1, 2, 3, 4, 5, 6]
     assert births[-1][0] == 1 and births[-1][-1] == 2  # MIDAS keeps the oldest layers at both ends
+
+
+# ---- stagewise training ------------------------------------------------------------------------
+
+import os  # noqa: E402
+import signal  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _stack_script import STACK_STEPS  # noqa: E402
+from _train_common import Crash, DataHook, small_config, small_data  # noqa: E402
+
+from depthnb.config import StackConfig, load_preset, override  # noqa: E402
+from depthnb.midas import (cli_stack, measured_speedup, stack_job, stack_pretrain_config, stack_run_dir,  # noqa: E402
+                           stack_stages, stack_train)
+from depthnb.train import is_done, latest_checkpoint, load_model, lr_at, read_metrics  # noqa: E402
+
+STACK_SCRIPT = Path(__file__).parent / "_stack_script.py"
+ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
+MIDAS = StackConfig(method="midas", block_size=1)
+
+
+class Steps(DataHook):
+    "A `DataHook` that also records the global step of every training batch."
+    def __init__(self, data, **kw):
+        super().__init__(data, **kw)
+        self.steps = []
+
+    def batch(self, step, *args):
+        out = super().batch(step, *args)
+        self.steps.append(step)
+        return out
+
+
+@pytest.fixture(scope="module")
+def data():
+    return small_data()
+
+
+@pytest.fixture(scope="module")
+def runs(data, tmp_path_factory):
+    "Uninterrupted baseline, MIDAS and looped runs of the 3-layer test model (one thread, like the subprocesses)."
+    torch.set_num_threads(1)
+    root = tmp_path_factory.mktemp("stack")
+    cfg = small_config(**STACK_STEPS)
+    out = {}
+    for name, config, stack in (("baseline", cfg, StackConfig(method="baseline")), ("midas", cfg, MIDAS),
+                                ("looped", override(cfg, model__share_layers=True), StackConfig(method="baseline"))):
+        hook = Steps(data)
+        stack_train(config, stack, root / name, data=hook, progress=False)
+        out[name] = (root / name, hook.steps)
+    return out
+
+
+def same_weights(a, b):
+    sa, sb = a.state_dict(), b.state_dict()
+    return sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
+
+
+def test_same_data_same_tokens_one_schedule(runs):
+    cfg = small_config(**STACK_STEPS)
+    base = read_metrics(runs["baseline"][0], "train")
+    for name, (run, steps) in runs.items():
+        assert steps == list(range(30)), name  # the batches of global steps 0..29, once each, in order
+        tr = read_metrics(run, "train")
+        assert tr.step.is_unique and tr.step.is_monotonic_increasing
+        assert tr.tokens.iloc[-1] == base.tokens.iloc[-1] == 30 * cfg.batch_size * cfg.model.n_ctx
+        assert tr.lr.tolist() == pytest.approx([lr_at(s - 1, cfg.lr, 30, cfg.warmup_steps, cfg.min_lr_ratio) for s in tr.step])
+        assert tr.loss.iloc[-1] < tr.loss.iloc[0] - 0.5, (name, tr.loss.tolist())  # every model trains
+        assert read_metrics(run, "snapshot").step.tolist() == read_metrics(runs["baseline"][0], "snapshot").step.tolist()
+        assert load_model(run).cfg.n_layers == 3 and is_done(run)
+    stages = read_metrics(runs["midas"][0], "stage")
+    assert stages.n_layers.tolist() == [1, 2, 3] and stages.start_step.tolist() == [0, 5, 15] and stages.step.tolist() == [5, 15, 30]
+    assert (stages.wall_s >= stages.train_s).all() and (stages.train_s > 0).all() and not stages.resumed.any()
+    assert sorted(p.name for p in runs["midas"][0].glob("stage*")) == ["stage1_L1", "stage2_L2", "stage3_L3"]
+    looped = load_model(runs["looped"][0])
+    assert len({id(l) for l in looped.layers}) == 1 and looped.num_params() < load_model(runs["baseline"][0]).num_params()
+
+
+def test_resume_after_sigkill_in_stage_two_is_bit_identical(runs, tmp_path):
+    run = tmp_path / "killed"
+    proc = subprocess.Popen([sys.executable, str(STACK_SCRIPT), str(run), "--sleep", "0.1"], env=ENV,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    deadline = time.time() + 120
+    while not list((run / "stage2_L2" / "checkpoints").glob("*.sha256")):
+        assert proc.poll() is None, proc.stdout.read().decode()
+        assert time.time() < deadline, "stage 2 wrote no checkpoint within 120 s"
+        time.sleep(0.01)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    assert is_done(run / "stage1_L1") and not is_done(run / "stage2_L2") and not is_done(run)
+    assert latest_checkpoint(run / "stage2_L2")[1]["step"] == 10
+    out = subprocess.run([sys.executable, str(STACK_SCRIPT), str(run)], env=ENV, capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "resuming from step_00000010.pt" in out.stdout and "stage 1/3" not in out.stdout
+    assert same_weights(load_model(run), load_model(runs["midas"][0]))
+    assert read_metrics(run, "train").loss.tolist() == read_metrics(runs["midas"][0], "train").loss.tolist()
+    assert read_metrics(run, "stage").resumed.tolist() == [False, True, False]
+
+
+def test_crash_at_the_first_step_of_a_stage_regrows(runs, data, tmp_path):
+    "Killed before the new stage's first checkpoint: the grown model is rebuilt from the previous stage's end state."
+    torch.set_num_threads(1)
+    run = tmp_path / "crashed"
+    with pytest.raises(Crash):
+        stack_train(small_config(**STACK_STEPS), MIDAS, run, data=DataHook(data, crash_at=15), progress=False)
+    assert is_done(run / "stage2_L2") and not (run / "stage3_L3" / "checkpoints").exists()
+    model = stack_train(small_config(**STACK_STEPS), MIDAS, run, data=data, progress=False)
+    assert same_weights(model, load_model(runs["midas"][0]))
+    with pytest.raises(ValueError, match="config.lr"):
+        stack_train(small_config(**STACK_STEPS, lr=0.1), MIDAS, run, data=data, progress=False)
+
+
+def test_empty_stages_and_refusals(data, tmp_path):
+    torch.set_num_threads(1)
+    cfg = small_config(steps=3, ckpt_every=5, log_every=1, eval_every=5, n_snapshots=1, model__n_layers=4)
+    assert [s.steps for s in stack_stages(cfg, MIDAS)] == [0, 1, 1, 1]
+    model = stack_train(cfg, MIDAS, tmp_path / "short", data=data, progress=False)
+    assert model.cfg.n_layers == 4 and read_metrics(tmp_path / "short", "stage").n_layers.tolist() == [2, 3, 4]
+    with pytest.raises(ValueError, match="looped model"):
+        stack_train(override(cfg, model__share_layers=True), MIDAS, tmp_path / "looped", data=data, progress=False)
+
+
+def test_measured_speedup(runs):
+    m = measured_speedup(runs["baseline"][0], runs["midas"][0])
+    cfg = small_config(**STACK_STEPS)
+    assert m["flop_speedup_layers"] == pytest.approx(30 * 3 / (5 * 1 + 10 * 2 + 15 * 3))
+    assert m["flop_speedup"] == pytest.approx(speedup(3, 1, 1.0, flops="full", cfg=cfg.model, total_steps=30))
+    assert m["wall_speedup"] == pytest.approx(m["baseline_wall_s"] / m["stacked_wall_s"])
+    assert m["efficiency"] == pytest.approx(m["wall_speedup"] / m["flop_speedup"])
+    assert measured_speedup(runs["baseline"][0], runs["looped"][0])["flop_speedup"] == 1.0
+    with pytest.raises(ValueError, match="not the baseline"):
+        measured_speedup(runs["midas"][0], runs["baseline"][0])
+
+
+def test_tiny_preset_midas_and_baseline_train_on_cpu(tmp_path):
+    "The tiny preset's stacking study (4 layers, b=1, Prop-1), shortened to 30 steps: both losses fall."
+    torch.set_num_threads(1)
+    P = load_preset("tiny", runs_dir=str(tmp_path), pretrain__steps=30, pretrain__eval_sequences=8,
+                    pretrain__n_snapshots=2)
+    for method in ("baseline", "midas"):
+        run = Path(stack_job(P, method))
+        assert run == stack_run_dir(P, method) and is_done(run)
+        tr = read_metrics(run, "train")
+        assert tr.loss.iloc[-1] < tr.loss.iloc[0] - 1.0, (method, tr.loss.tolist())
+    assert stack_pretrain_config(P).model.d_ff == 256  # the tiny class's baseline width, not the solver's
+    assert read_metrics(stack_run_dir(P, "midas"), "stage").n_layers.tolist() == [1, 2, 3, 4]
+    assert stack_job(P, "midas") == str(stack_run_dir(P, "midas"))  # finished: found, not retrained
+    assert cli_stack(["--preset", "tiny", "--set", f"runs_dir={tmp_path}", "--set", "pretrain.steps=30",
+                      "--set", "pretrain.eval_sequences=8", "--set", "pretrain.n_snapshots=2", "--method", "midas"]) == 0

@@ -213,3 +213,133 @@ def test_word_list_is_rederived_from_the_corpus():
     with gzip.open(_enwiki_valid(), "rt", encoding="utf-8") as f:
         assert three_letter_words(json.loads(line)["text"] for line in f) == COPY_WORDS
     assert len(COPY_WORDS) == 174 and all(re.fullmatch("[a-z]{3}", w) for w in COPY_WORDS)
+
+
+# ---- evaluating models: 5-shot accuracy and the fine-tuning protocol ---------------------------
+
+from dataclasses import replace  # noqa: E402
+
+import pandas as pd  # noqa: E402
+import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
+
+from depthnb.config import PrimitiveConfig, load_preset  # noqa: E402
+from depthnb.data import train_tokenizer  # noqa: E402
+from depthnb.model import DecoderLM  # noqa: E402
+from depthnb.primitives import (TABLE6_PAPER, answer_ids, complete, evaluate_primitives, evaluate_task,  # noqa: E402
+                                finetune_primitives, ft_eval_steps, ft_summary, ft_tensors, table6, table7,
+                                target_loss)
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return train_tokenizer(load_preset("tiny").pretrain.data, log=None)
+
+
+@pytest.fixture(scope="module")
+def tiny_model():
+    torch.manual_seed(0)
+    return DecoderLM(replace(load_preset("tiny").pretrain.model, d_model=32, d_attn=32, n_heads=2, d_ff=64, n_layers=2))
+
+
+class Reader(nn.Module):
+    "A stand-in model that answers every prompt's last block correctly (plus `extra`), solving it from the text."
+    def __init__(self, task, tokenizer, extra=""):
+        super().__init__()
+        self.task, self.tok, self.extra = task, tokenizer, extra
+        self.lm_head = nn.Linear(1, 1)
+
+    def generate(self, idx, max_new_tokens, eos_id=None, attention_mask=None):
+        rows = []
+        for ids, mask in zip(idx.tolist(), attention_mask.tolist()):
+            assert mask == sorted(mask) and ids[:mask.count(0)] == [self.tok.pad_id] * mask.count(0)  # left-padded
+            prompt = self.tok.decode([i for i, m in zip(ids, mask) if m])
+            ans = answer_ids(self.tok, prompt, solve_primitive(self.task, prompt.split("\n\n")[-1]) + self.extra)
+            rows.append(ids + (ans + [eos_id] * max_new_tokens)[:max_new_tokens])
+        return torch.tensor(rows)
+
+
+@pytest.mark.parametrize("task", list(PRIMITIVE_TASKS))
+def test_a_perfect_reader_scores_everything(tok, task):
+    res = evaluate_task(Reader(task, tok), tok, task, n=25, shots=5, batch_size=7)
+    assert res["accuracy"] == 1.0 and res["n"] == 25 and len(res["answers"]) == 25
+    assert res["accuracy_calculator"] == 1.0 if task == "psm" else "accuracy_calculator" not in res
+    wrong = evaluate_task(Reader(task, tok, extra="3"), tok, task, n=25)
+    assert wrong["accuracy"] == 0.0  # an answer that runs on past the target is wrong
+    if task == "psm":
+        assert wrong["accuracy_calculator"] == 1.0  # ... unless only the expression counts
+
+
+def test_answer_ids_refuses_merged_boundaries():
+    class Merging:
+        def encode(self, s):
+            return [ord(c) for c in s.replace("ab", "X")]
+    assert answer_ids(Merging(), "xa", "c") == [ord("c")]
+    with pytest.raises(ValueError, match="merges prompt and target"):
+        answer_ids(Merging(), "xa", "b")
+
+
+def test_random_model_gives_sane_table6(tok, tiny_model):
+    tasks = ["copy_words", "var_depth1_math", "psm", "arithmetic"]
+    rows = evaluate_primitives(tiny_model, tok, tasks, n=16, shots=2)
+    assert rows.row.tolist() == [2, 7, 12, 13, 14]
+    assert rows.accuracy.between(0, 1).all() and (rows.n == 16).all() and (rows.shots == 2).all()
+    guess = rows.set_index("row").random_guess
+    assert guess[[2, 7]].tolist() == [0.1, 0.2] and guess[[12, 13, 14]].isna().all()
+    assert rows.equals(evaluate_primitives(tiny_model, tok, tasks, n=16, shots=2))  # deterministic
+    t6 = table6({"ours": rows})
+    assert len(t6) == len(TABLE6_PAPER) == 14 and t6.loc[[2, 7, 12, 13, 14], "ours"].notna().all()
+    assert t6.loc[1, "paper MIDAS"] == 24.3 and t6.loc[1, "random guess"] == 10 and pd.isna(t6.loc[1, "ours"])
+
+
+def test_batched_left_padded_decoding_equals_one_by_one(tok, tiny_model):
+    prompts = [e["prompt"] for e in make_primitive("var_depth0_basic", 3)] + ["Fill in blank:\nab ___. ->"]
+    batched = complete(tiny_model, tok, prompts, 6, batch_size=4)
+    assert batched == [complete(tiny_model, tok, [p], 6)[0] for p in prompts]
+    # and the output layer restricted to the last position changes nothing
+    ids = torch.tensor([tok.encode(prompts[0])])
+    full = tiny_model.eval().generate(ids, 6)
+    assert tok.decode(full[0, ids.shape[1]:].tolist()).startswith(batched[0])
+
+
+def test_target_loss_is_the_models_loss_on_the_answer(tok, tiny_model):
+    exs = finetune_set(1, n_per_task=3, n_holdout=20)
+    x, y = ft_tensors(tok, exs)
+    assert x.shape == y.shape and x.shape[0] == 6
+    for row, e in zip(range(6), exs):
+        labels = y[row][y[row] != -100].tolist()
+        assert labels == answer_ids(tok, e["prompt"], e["target"]) + [tok.eos_id]
+        assert tok.decode(labels[:-1]) == e["target"]
+    with torch.no_grad():
+        assert target_loss(tiny_model, x, y).item() == pytest.approx(tiny_model(x, y)[1].item(), abs=1e-5)
+
+
+def test_ft_protocol_averages_the_right_steps():
+    cfg = PrimitiveConfig(ft_steps=300, ft_eval_from=200, ft_eval_every=10)
+    assert ft_eval_steps(cfg) == list(range(200, 301, 10))
+    assert ft_eval_steps(PrimitiveConfig(ft_steps=60, ft_eval_from=40, ft_eval_every=7)) == [40, 47, 54, 60]
+    log = pd.DataFrame([dict(seed=s, step=t, task=k, split=sp, accuracy=(t + s) / 1000 if 200 <= t <= 300 else 9.0)
+                        for s in (0, 1, 2) for t in range(0, 400, 10) for k in FT_TASKS for sp in ("holdout", "train")])
+    log.loc[log.split == "train", "accuracy"] = 7.0  # the training split never counts
+    s = ft_summary(log, cfg)
+    assert s.accuracy.tolist() == pytest.approx([(250 + seed) / 1000 for seed in (0, 1, 2) for _ in FT_TASKS])
+    assert (s.n_steps == 11).all()
+    t7 = table7({"ours": log}, cfg)
+    assert t7.loc["Variable assignment depth 1 (code)", "ours"] == "25.10 ± 0.10"
+    assert t7.loc["Variable assignment depth 2 (code)", "paper MIDAS"] == "44.97 ± 7.26"
+    assert (t7["ours seeds"] == 3).all() and (t7["random guess"] == 20).all()
+    with pytest.raises(ValueError, match="ft_eval_from"):
+        ft_eval_steps(PrimitiveConfig(ft_steps=10, ft_eval_from=20))
+
+
+def test_finetune_protocol_on_a_tiny_model(tok, tiny_model):
+    cfg = PrimitiveConfig(n_eval=12, ft_examples_per_depth=4, ft_steps=12, ft_eval_from=8, ft_eval_every=4, ft_lr=3e-3)
+    before = {k: v.clone() for k, v in tiny_model.state_dict().items()}
+    log = finetune_primitives(tiny_model, tok, cfg, seed=2)
+    assert all(torch.equal(before[k], v) for k, v in tiny_model.state_dict().items())  # the model is not touched
+    assert sorted(log.step.unique()) == [8, 12] and set(log.split) == {"holdout", "train"} and set(log.task) == set(FT_TASKS)
+    assert log[log.split == "holdout"].n.eq(12).all() and log[log.split == "train"].n.eq(4).all()
+    assert log.accuracy.between(0, 1).all()
+    losses = log.groupby("step").loss.first()
+    assert losses[12] < losses[8]
+    assert len(ft_summary(log, cfg)) == 2

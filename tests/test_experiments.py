@@ -1,0 +1,85 @@
+"""The whole reproduction — every experiment notebook of `depthnb.cli.EXPERIMENTS`, report included — run by
+`depthnb.cli.reproduce` (papermill) at a scale below `tiny`; every figure and table the report indexes; a rerun
+that finds everything done; a failing notebook named with its cell."""
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from depthnb.cli import EXPERIMENTS, ExperimentFailed, reproduce
+
+# Below `tiny`: two depths, one seed, 20 pretraining and 10 fine-tuning steps, 20 gen examples, two tasks, a
+# shortened primitives protocol. The data settings are the trainer tests' (tests/_train_common.py), so the
+# tokenizer and packed corpus are shared caches.
+OVERRIDES = {
+    "pretrain.data.max_train_docs": 400, "pretrain.data.tokenizer_docs": 400, "pretrain.data.vocab_size": 512,
+    "pretrain.data.eval_sets": "('enwiki_valid',)", "pretrain.model.n_vocab": 512, "pretrain.model.n_ctx": 64,
+    "pretrain.steps": 20, "pretrain.batch_size": 8, "pretrain.warmup_steps": 4, "pretrain.eval_every": 10,
+    "pretrain.eval_sequences": 8, "pretrain.log_every": 5, "pretrain.ckpt_every": 10, "pretrain.n_snapshots": 3,
+    "finetune.steps": 10, "finetune.batch_size": 8, "finetune.warmup_steps": 2, "finetune.eval_every": 5,
+    "finetune.eval_examples": 20, "finetune.n_snapshots": 2, "finetune.gen_limit": 20, "finetune.max_new_tokens": 48,
+    "depths": {"tiny": [1, 2]}, "tasks": ["cogs", "passivization"],
+    "primitives.n_eval": 10, "primitives.ft_steps": 6, "primitives.ft_eval_from": 4, "primitives.ft_eval_every": 2,
+    "primitives.ft_seeds": "(0,)",
+}
+VERDICTS = {"holds", "does not hold", "inconclusive", "mixed", "not testable"}
+
+
+@pytest.fixture(scope="module")
+def pipeline(tmp_path_factory):
+    root = tmp_path_factory.mktemp("reproduce")
+    runs, figures = root / "runs", root / "figures"
+    log = []
+    executed = reproduce("tiny", seeds=1, overrides=OVERRIDES, runs_dir=runs, figures_dir=figures, log=log.append)
+    return runs, figures / "tiny", executed, log
+
+
+def test_every_experiment_ran(pipeline):
+    runs, out, executed, log = pipeline
+    assert [p.stem for p in executed] == [e.name for e in EXPERIMENTS]
+    for e in EXPERIMENTS:
+        assert (runs / "tiny" / "notebooks" / f"{e.name}.done.json").exists()
+    assert sorted(p.name for p in (runs / "tiny" / "pretrain" / "tiny").iterdir()) == ["L1_s0", "L2_s0"]
+    scored = json.loads((runs / "tiny" / "finetune" / "tiny" / "L2_s0" / "cogs" / "eval" / "gen.json").read_text())
+    assert scored["n"] == 20 and 0.0 <= scored["accuracy"] <= 1.0
+
+
+def test_report_indexes_every_item(pipeline):
+    _, out, _, _ = pipeline
+    report = (out / "REPORT.md").read_text()
+    assert "**missing**" not in report, [line for line in report.splitlines() if "**missing**" in line]
+    for png in out.glob("*.png"):  # every figure has its PDF and a caption naming the preset and hardware
+        assert png.with_suffix(".pdf").exists()
+        assert "[preset: tiny; hardware: " in png.with_suffix(".txt").read_text()
+    for csv in out.glob("*.csv"):
+        assert csv.with_suffix(".md").exists()
+
+
+def test_fidelity_summary(pipeline):
+    _, out, _, _ = pipeline
+    fidelity = pd.read_csv(out / "fidelity.csv")
+    assert len(fidelity) >= 18 and set(fidelity.paper) == {"Petty", "Saunshi", "Beyond"}
+    assert set(fidelity.verdict) <= VERDICTS
+    assert not fidelity.evidence.str.startswith("missing output").any(), fidelity[["claim", "evidence"]]
+    speedups = fidelity[fidelity.claim.str.contains("speedup column")].iloc[0]
+    assert speedups.verdict == "holds" and speedups.evidence.startswith("11 of 11")
+
+
+def test_rerun_finds_everything_done(pipeline):
+    runs, out, _, _ = pipeline
+    log = []
+    reproduce("tiny", seeds=1, overrides=OVERRIDES, runs_dir=runs, figures_dir=out.parent, log=log.append)
+    assert sum("done already" in line for line in log) == len(EXPERIMENTS), log
+
+
+def test_failure_names_notebook_and_cell(tmp_path):
+    # petty_rank reads pretrained models; in an empty runs folder it must fail, and say where
+    with pytest.raises(ExperimentFailed) as e:
+        reproduce("tiny", only=["petty_rank"], seeds=1, overrides=OVERRIDES, runs_dir=tmp_path / "runs",
+                  figures_dir=tmp_path / "figures", log=lambda *a: None)
+    message = str(e.value)
+    assert "experiment 'petty_rank' failed in cell" in message
+    assert "RuntimeError" in message and "run petty_pretrain first" in message
+    assert "executed copy:" in message
+    assert not (tmp_path / "runs" / "tiny" / "notebooks" / "petty_rank.done.json").exists()
