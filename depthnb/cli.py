@@ -56,6 +56,7 @@ class Experiment:
     name: str  # notebook stem
     title: str
     after: tuple[str, ...] = ()  # experiments whose runs this one reads
+    optional: bool = False  # run only when named in `only` (e.g. a preset's sizing study)
 
 
 EXPERIMENTS: list[Experiment] = [
@@ -76,6 +77,8 @@ EXPERIMENTS: list[Experiment] = [
     Experiment("report", "Both papers: figure index, tables beside the papers', fidelity summary",
                ("petty_shapes", "petty_data", "petty_finetune", "petty_equal_ppl", "petty_equal_loss",
                 "petty_latency", "petty_rank", "midas_primitives", "midas_cogs")),
+    Experiment("cpu_sizing", "Sizing the cpu preset: throughput eager vs compiled, learning curves per width and task",
+               optional=True),
 ]
 
 # %% ../nbs/10_cli.ipynb #243d3736
@@ -89,12 +92,12 @@ def experiments_dir() -> Path:
 
 
 def experiment_order(only: list[str] | None = None) -> list[Experiment]:
-    "The experiments to run, in dependency order; `only` selects by name (dependencies are not added)."
+    "The experiments to run, in dependency order; `only` selects by name (dependencies are not added), else all but the optional ones."
     names = [e.name for e in EXPERIMENTS]
     unknown = sorted(set(only or []) - set(names))
     if unknown:
         raise KeyError(f"unknown experiments {unknown}; valid: {', '.join(names)}")
-    return [e for e in EXPERIMENTS if not only or e.name in only]
+    return [e for e in EXPERIMENTS if e.name in only] if only else [e for e in EXPERIMENTS if not e.optional]
 
 
 def done_marker(source: Path, parameters: dict, upstream: dict[str, dict]) -> dict:

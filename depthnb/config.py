@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any
 
 # %% auto #0
-__all__ = ['TINY_CLASS', 'PRESETS', 'ModelConfig', 'check_choice', 'check_range', 'DataConfig', 'PretrainConfig',
-           'FinetuneConfig', 'StackConfig', 'PrimitiveConfig', 'Preset', 'field_names', 'parse_value', 'override',
-           'to_dict', 'from_dict', 'config_diff', 'load_preset', 'add_preset_args', 'preset_from_args', 'repo_root',
-           'experiment_preset']
+__all__ = ['TINY_CLASS', 'CPU_CLASS', 'CPU_STACK_CLASS', 'PRESETS', 'ModelConfig', 'check_choice', 'check_range', 'DataConfig',
+           'PretrainConfig', 'FinetuneConfig', 'StackConfig', 'PrimitiveConfig', 'Preset', 'field_names', 'parse_value',
+           'override', 'to_dict', 'from_dict', 'config_diff', 'load_preset', 'add_preset_args', 'preset_from_args',
+           'repo_root', 'experiment_preset']
 
 # %% ../nbs/00_config.ipynb #d3b67e83
 @dataclass
@@ -186,6 +186,9 @@ class Preset:
     stack_size_class: str | dict = "41M"  # width of the stacking study's models
     primitives: PrimitiveConfig = field(default_factory=PrimitiveConfig)
     finetune_seeds: int | None = None  # fine-tune the models of the first N pretraining seeds (None: all)
+    task_steps: dict[str, int] = field(default_factory=dict)  # fine-tuning steps per task (missing: finetune.steps)
+    control_task: str = "cogs"  # task of the equal-perplexity and equal-loss controls (Petty Figs. 6-7)
+    control_references: tuple[int, ...] | None = None  # reference depths of Fig. 6 (None: all but the deepest)
     workers: int = 1  # runs trained side by side in single-threaded processes (CPU sweeps)
     device: str = "auto"
     runs_dir: str = "runs"  # runs land in runs_dir/<name>/
@@ -289,6 +292,9 @@ def config_diff(a: dict, b: dict, prefix: str = "") -> list[str]:
 # %% ../nbs/00_config.ipynb #5f3592b6
 TINY_CLASS = dict(name="tiny", d_model=64, d_attn=64, n_heads=4, n_layers=2, d_ff=256, n_vocab=2048,
                   depths=(1, 2, 3, 4, 6))
+CPU_CLASS = dict(name="cpu", d_model=128, d_attn=128, n_heads=4, n_layers=2, d_ff=640, n_vocab=2048,
+                 depths=(1, 2, 3, 4, 6))
+CPU_STACK_CLASS = dict(CPU_CLASS, name="cpu_stack", n_layers=4, d_ff=320, depths=(4,))
 
 PRESETS: dict[str, Preset] = {
     "tiny": Preset(
@@ -301,7 +307,8 @@ PRESETS: dict[str, Preset] = {
                                 data=DataConfig(corpus="enwiki", max_train_docs=5_000, vocab_size=2048,
                                                 tokenizer_docs=2_000),
                                 steps=160, batch_size=16, lr=3e-3, warmup_steps=16, eval_every=40,
-                                eval_sequences=32, log_every=10, ckpt_every=80, n_snapshots=6, device="cpu"),
+                                eval_sequences=32, log_every=10, ckpt_every=80, n_snapshots=6, device="cpu",
+                                compile=False),
         finetune=FinetuneConfig(steps=80, batch_size=16, lr=1e-3, warmup_steps=8, eval_every=20,
                                 eval_examples=100, n_snapshots=4, gen_limit=200, max_new_tokens=160,
                                 device="cpu"),
@@ -310,6 +317,33 @@ PRESETS: dict[str, Preset] = {
         stack_size_class=TINY_CLASS,
         primitives=PrimitiveConfig(n_eval=50, ft_steps=40, ft_eval_from=30, ft_eval_every=5, ft_seeds=(0, 1)),
         finetune_seeds=1,
+        workers=2,
+        device="cpu",
+    ),
+    "cpu": Preset(
+        name="cpu",
+        description="Science on 2 CPU cores in under 2 hours: a 1.2M-parameter depth family with two seeds, each model "
+                    "fine-tuned until it fits COGS-vf, GeoQuery and passivization (sized by experiments/cpu_sizing).",
+        hardware="2 CPU cores",
+        size_classes=(CPU_CLASS,),
+        seeds=(0, 1),
+        tasks=("cogs_vf", "geoquery", "passivization"),
+        pretrain=PretrainConfig(model=ModelConfig(n_ctx=128, n_vocab=2048),
+                                data=DataConfig(corpus="enwiki", max_train_docs=10_000, vocab_size=2048,
+                                                tokenizer_docs=2_000),
+                                steps=1200, batch_size=16, lr=3e-3, warmup_steps=100, eval_every=200,
+                                eval_sequences=64, log_every=50, ckpt_every=400, n_snapshots=8, device="cpu",
+                                compile=True),
+        finetune=FinetuneConfig(steps=800, batch_size=32, lr=2e-3, warmup_steps=50, eval_every=200,
+                                eval_examples=200, n_snapshots=4, gen_limit=400, max_new_tokens=160,
+                                device="cpu", compile=True),
+        task_steps={"cogs_vf": 2000, "geoquery": 600, "passivization": 800},
+        control_task="geoquery",
+        control_references=(1,),
+        stack=StackConfig(method="midas", block_size=1, schedule="prop", alpha=1.0),
+        stack_layers=4,
+        stack_size_class=CPU_STACK_CLASS,
+        primitives=PrimitiveConfig(n_eval=200, ft_steps=150, ft_eval_from=100, ft_eval_every=25, ft_seeds=(0, 1, 2)),
         workers=2,
         device="cpu",
     ),

@@ -318,7 +318,7 @@ def finetune(model_or_run, task: str, config: FinetuneConfig, run_dir: Path | st
     snaps = set(_even_pick(eval_steps, config.n_snapshots))
     log_every = max(1, config.eval_every // 10)
     precision = lambda: autocast(device, config.bf16)
-    train_model = torch.compile(model, dynamic=True) if config.compile and device.type == "cuda" else model
+    train_model = torch.compile(model, dynamic=True) if config.compile else model
     window, t_window = [], time.perf_counter()
     bar = tqdm(total=config.steps, initial=begin, disable=not progress, desc=f"{task} {run_dir.name}", leave=False)
     for s in range(begin, config.steps):
@@ -360,11 +360,12 @@ def finetune(model_or_run, task: str, config: FinetuneConfig, run_dir: Path | st
     return model
 
 # %% ../nbs/07_finetune.ipynb #78fb18c2
-def finetune_config(preset: Preset | str, seed: int = 0) -> FinetuneConfig:
-    "The preset's `FinetuneConfig` with `seed` (device: the preset's when the config says \"auto\")."
+def finetune_config(preset: Preset | str, seed: int = 0, task: str | None = None) -> FinetuneConfig:
+    "The preset's `FinetuneConfig` for `task` (its `task_steps`, if any) with `seed` (device: the preset's for \"auto\")."
     p = _preset(preset)
     fc = p.finetune
-    return replace(fc, seed=seed, device=fc.device if fc.device != "auto" else p.device)
+    return replace(fc, seed=seed, steps=p.task_steps.get(task, fc.steps),
+                   device=fc.device if fc.device != "auto" else p.device)
 
 
 def finetune_run_dir(preset: Preset | str, size_class, n_layers: int, seed: int, task: str, tag: str | None = None) -> Path:
@@ -396,7 +397,8 @@ def evaluate_run(run_dir: Path | str, split: str | None = None, *, weights: str 
         raise RuntimeError(f"{run_dir} has not finished fine-tuning (no DONE marker)")
     device = resolve_device(cfg.device)
     model = load_model(run_dir / (weights or "final.pt"), device)
-    limit = limit if limit is not None else (cfg.gen_limit if split != in_distribution_split(dataset) else None)
+    if limit is None:  # in distribution: the examples whose loss was tracked; else the preset's gen_limit
+        limit = cfg.eval_examples if split == in_distribution_split(dataset) else cfg.gen_limit
     return evaluate(model, run_tokenizer(run_dir), dataset[split], split=stem, batch_size=cfg.eval_batch_size,
                     max_new_tokens=cfg.max_new_tokens, limit=limit, use_cache=use_cache, device=device,
                     bf16=cfg.bf16, out_dir=run_dir / "eval", progress=progress)
@@ -404,7 +406,7 @@ def evaluate_run(run_dir: Path | str, split: str | None = None, *, weights: str 
 # %% ../nbs/07_finetune.ipynb #c70f476a
 def finetune_job(preset: Preset | str, size_class, n_layers: int, seed: int, task: str, *,
                  source: str | Path | None = None, tag: str | None = None, evaluate: bool = True) -> str:
-    "Fine-tune (or find finished) one run of a preset's sweep, score its generalization split; returns the run directory."
+    "Fine-tune (or find finished) one run of a preset's sweep, score its generalization and in-distribution splits; returns the run directory."
     p = _preset(preset)
     if source is not None and tag is None:
         raise ValueError(f"finetune_job: source={str(source)!r} needs a tag, so that its run does not take the "
@@ -415,10 +417,11 @@ def finetune_job(preset: Preset | str, size_class, n_layers: int, seed: int, tas
             raise RuntimeError(f"{source}: the pretraining run has not finished (run the pretraining sweep first)")
     run_dir = finetune_run_dir(p, size_class, n_layers, seed, task, tag)
     quiet = lambda *a, **k: None
-    finetune(source, task, finetune_config(p, seed), run_dir, progress=False, log=quiet)
-    split = GENERALIZATION_SPLIT[task]
-    if evaluate and not (run_dir / "eval" / f"{split}.json").exists():
-        evaluate_run(run_dir, split, log=quiet)
+    finetune(source, task, finetune_config(p, seed, task), run_dir, progress=False, log=quiet)
+    if evaluate:
+        for split in (GENERALIZATION_SPLIT[task], in_distribution_split(cached_task(task))):
+            if not (run_dir / "eval" / f"{split}.json").exists():
+                evaluate_run(run_dir, split, log=quiet)
     return str(run_dir)
 
 # %% ../nbs/07_finetune.ipynb #d0ab69e8
@@ -468,7 +471,7 @@ def cli_finetune(argv: list[str] | None = None) -> int:
             else:
                 if not args.source and not is_done(source):
                     raise RuntimeError(f"{source}: the pretraining run has not finished (run `depthnb pretrain` first)")
-                finetune(source, task, finetune_config(preset, seed), run_dir, progress=not args.no_progress)
+                finetune(source, task, finetune_config(preset, seed, task), run_dir, progress=not args.no_progress)
             if not args.no_eval:
                 res = evaluate_run(run_dir, progress=not args.no_progress)
                 print(f"{run_dir}: {res['split']} accuracy {res['accuracy']:.3f} (n={res['n']})")

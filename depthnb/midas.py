@@ -772,7 +772,7 @@ def stack_finetune_job(preset: Preset | str, method: str, task: str, seed: int =
     if not is_done(source):
         raise RuntimeError(f"{source}: the stacking run has not finished (run stack_job / `depthnb stack` first)")
     run_dir = stack_finetune_run_dir(preset, method, task, seed, stack_seed)
-    finetune(source, task, finetune_config(preset, seed), run_dir, progress=False, log=_quiet)
+    finetune(source, task, finetune_config(preset, seed, task), run_dir, progress=False, log=_quiet)
     res = evaluate_run(run_dir, log=_quiet)
     return dict(method=method, task=task, seed=seed, run_dir=str(run_dir), **res)
 

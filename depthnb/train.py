@@ -527,7 +527,7 @@ def pretrain(config: PretrainConfig, run_dir: Path | str, *, init_model: Decoder
     train_model = model
     if info.world > 1:
         train_model = nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
-    if config.compile and device.type == "cuda":
+    if config.compile:
         train_model = torch.compile(train_model)
     _train_loop(config, run_dir, model, train_model, optimizer, data, loop, info, device, precision, micro,
                 metrics, progress)
@@ -687,7 +687,7 @@ def step_latency(size_class, depths=None, *, base: PretrainConfig | None = None,
         torch.manual_seed(seed)
         model = DecoderLM(cfg).to(dev).train()
         optimizer = make_optimizer(model, base.optimizer, base.lr, fused=base.fused_optimizer)
-        fwd = torch.compile(model) if base.compile and dev.type == "cuda" else model
+        fwd = torch.compile(model) if base.compile else model
         x = torch.randint(0, cfg.n_vocab, (batch_size, cfg.n_ctx + 1), device=dev)
         chunks = [(x[:, :-1], x[:, 1:])]
         times = []

@@ -16,7 +16,8 @@ def small_config(**changes) -> PretrainConfig:
     base = PretrainConfig(model=ModelConfig(d_model=32, d_attn=32, n_heads=2, d_ff=64, n_layers=2,
                                             n_vocab=TEST_DATA.vocab_size, n_ctx=N_CTX),
                           data=TEST_DATA, steps=40, batch_size=8, lr=3e-3, warmup_steps=4, eval_every=20,
-                          eval_sequences=16, log_every=5, ckpt_every=10, n_snapshots=3, device="cpu")
+                          eval_sequences=16, log_every=5, ckpt_every=10, n_snapshots=3, device="cpu",
+                          compile=False)
     return override(base, **changes)
 
 
