@@ -25,7 +25,7 @@ from .config import (DataConfig, FinetuneConfig, Preset, add_preset_args, from_d
 from .data import GENERALIZATION_SPLIT, load_task, load_tokenizer, train_tokenizer
 from .model import DecoderLM
 from .train import (DistInfo, MetricsLog, _check_finite, _preset, _size_class, _step_name, atomic_write,
-                           autocast, is_done, latest_checkpoint, load_model, lr_at, make_optimizer, mark_done,
+                           autocast, is_done, latest_checkpoint, load_model, lr_at, make_optimizer, mark_done, maybe_compile,
                            preset_depths, preset_size_class, pretrain_run_dir, read_config, resolve_device,
                            rng_state, save_checkpoint, save_weights, set_lr, set_rng_state, train_step,
                            write_or_check_config, ConfigMismatchError, NonFiniteLossError)
@@ -318,7 +318,7 @@ def finetune(model_or_run, task: str, config: FinetuneConfig, run_dir: Path | st
     snaps = set(_even_pick(eval_steps, config.n_snapshots))
     log_every = max(1, config.eval_every // 10)
     precision = lambda: autocast(device, config.bf16)
-    train_model = torch.compile(model, dynamic=True) if config.compile else model
+    train_model = maybe_compile(model, config.compile, device, dynamic=True)
     window, t_window = [], time.perf_counter()
     bar = tqdm(total=config.steps, initial=begin, disable=not progress, desc=f"{task} {run_dir.name}", leave=False)
     for s in range(begin, config.steps):

@@ -31,8 +31,8 @@ from .model import DecoderLM
 from .solver import flops_per_token, model_config, resolve_size_class
 
 # %% auto #0
-__all__ = ['PEAK_FLOPS', 'KEEP_CHECKPOINTS', 'resolve_device', 'autocast', 'configure_backends', 'peak_flops', 'mfu', 'lr_at',
-           'make_optimizer', 'set_lr', 'train_step', 'DistInfo', 'init_distributed', 'all_reduce_sum',
+__all__ = ['PEAK_FLOPS', 'KEEP_CHECKPOINTS', 'resolve_device', 'autocast', 'configure_backends', 'maybe_compile', 'peak_flops',
+           'mfu', 'lr_at', 'make_optimizer', 'set_lr', 'train_step', 'DistInfo', 'init_distributed', 'all_reduce_sum',
            'CheckpointError', 'atomic_write', 'save_verified', 'load_verified', 'rng_state', 'set_rng_state',
            'ConfigMismatchError', 'write_or_check_config', 'read_config', 'MetricsLog', 'read_metrics', 'mark_done',
            'is_done', 'snapshot_steps', 'save_checkpoint', 'latest_checkpoint', 'save_weights', 'load_model', 'lm_loss',
@@ -65,6 +65,25 @@ def configure_backends(device: torch.device, tf32: bool) -> None:
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = tf32
         torch.backends.cudnn.allow_tf32 = tf32
+
+
+_COMPILE_WORKS: dict[str, bool] = {}
+
+
+def maybe_compile(model: nn.Module, enabled: bool, device: torch.device, **kwargs) -> nn.Module:
+    "`torch.compile(model, **kwargs)` when `enabled` and compiling works on `device`'s type, else `model` (warned once)."
+    if not enabled:
+        return model
+    kind = torch.device(device).type
+    if kind not in _COMPILE_WORKS:  # on CPU, inductor needs a C++ compiler that a laptop may lack
+        try:
+            torch.compile(lambda t: t * 2)(torch.ones(2, device=device))
+            _COMPILE_WORKS[kind] = True
+        except Exception as e:
+            _COMPILE_WORKS[kind] = False
+            warnings.warn(f"torch.compile does not work on {kind} here ({type(e).__name__}: {str(e)[:200]}); "
+                          "training without it (set compile=False to silence this)")
+    return torch.compile(model, **kwargs) if _COMPILE_WORKS[kind] else model
 
 # %% ../nbs/05_train.ipynb #f284e4e4
 PEAK_FLOPS: dict[str, float] = {  # dense bf16, FLOP/s per device
@@ -527,8 +546,7 @@ def pretrain(config: PretrainConfig, run_dir: Path | str, *, init_model: Decoder
     train_model = model
     if info.world > 1:
         train_model = nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
-    if config.compile:
-        train_model = torch.compile(train_model)
+    train_model = maybe_compile(train_model, config.compile, device)
     _train_loop(config, run_dir, model, train_model, optimizer, data, loop, info, device, precision, micro,
                 metrics, progress)
     if info.main:
@@ -687,7 +705,7 @@ def step_latency(size_class, depths=None, *, base: PretrainConfig | None = None,
         torch.manual_seed(seed)
         model = DecoderLM(cfg).to(dev).train()
         optimizer = make_optimizer(model, base.optimizer, base.lr, fused=base.fused_optimizer)
-        fwd = torch.compile(model) if base.compile else model
+        fwd = maybe_compile(model, base.compile, dev)
         x = torch.randint(0, cfg.n_vocab, (batch_size, cfg.n_ctx + 1), device=dev)
         chunks = [(x[:, :-1], x[:, 1:])]
         times = []
