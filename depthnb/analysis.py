@@ -323,7 +323,7 @@ def _evals(run: pd.DataFrame, split: str) -> pd.DataFrame:
 
 def equal_ppl_snapshots(metrics: pd.DataFrame, reference_depth: int, split: str, run_keys: Sequence[str] = ("n_layers", "seed"),
                         rule: str = "first", how: str = "exact") -> pd.DataFrame:
-    "For each run deeper than `reference_depth`: the kept snapshot matching the reference's final PPL on `split`."
+    "For each run of another depth than `reference_depth`: the kept snapshot matching the reference's final PPL on `split`."
     depth_key = run_keys[0]
     ref = metrics[metrics[depth_key] == reference_depth]
     if ref.empty:
@@ -334,7 +334,7 @@ def equal_ppl_snapshots(metrics: pd.DataFrame, reference_depth: int, split: str,
         raise ValueError(f"equal_ppl_snapshots: the reference runs have no eval records on split {split!r}")
     target = float(np.mean(ref_final))
     rows = []
-    for key, run in _run_groups(metrics[metrics[depth_key] >= reference_depth], run_keys):
+    for key, run in _run_groups(metrics, run_keys):
         key = dict(zip(run_keys, key if isinstance(key, tuple) else (key,)))
         evals, snaps = _evals(run, split), run[run.kind == "snapshot"]
         if key[depth_key] == reference_depth:

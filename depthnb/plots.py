@@ -235,9 +235,9 @@ def figure_equal_perplexity(metrics: pd.DataFrame, selection: pd.DataFrame, spli
     ncols = 1 if accuracy is None else 2
     fig, axes = plt.subplots(1, ncols, figsize=(5.6 * ncols, 3.9), squeeze=False)
     a = axes[0, 0]
-    evals = metrics[(metrics.kind == "eval") & (metrics.split == split) & (metrics.n_layers >= reference_depth)]
-    deeper = sorted(d for d in evals.n_layers.unique() if d > reference_depth)
-    blues = dict(zip(deeper, sns.color_palette("Blues", n_colors=len(deeper) + 2)[2:]))
+    evals = metrics[(metrics.kind == "eval") & (metrics.split == split)]
+    others = sorted(d for d in evals.n_layers.unique() if d != reference_depth)
+    blues = dict(zip(others, sns.color_palette("Blues", n_colors=len(others) + 2)[2:]))
     for (n, seed), g in evals.groupby(["n_layers", "seed"]):
         g = g.drop_duplicates("step", keep="last").sort_values("step")
         never = (sel[(sel.n_layers == n) & (sel.seed == seed)].status == "never_reached").any()
