@@ -25,8 +25,8 @@ from .config import (DataConfig, FinetuneConfig, Preset, add_preset_args, from_d
 from .data import GENERALIZATION_SPLIT, load_task, load_tokenizer, train_tokenizer
 from .model import DecoderLM
 from .train import (DistInfo, MetricsLog, _check_finite, _preset, _size_class, _step_name, atomic_write,
-                           autocast, is_done, latest_checkpoint, load_model, lr_at, make_optimizer, mark_done, maybe_compile,
-                           preset_depths, preset_size_class, pretrain_run_dir, read_config, resolve_device,
+                           autocast, is_done, latest_checkpoint, load_model, lr_at, make_optimizer, mark_done,
+                           maybe_compile, preset_depths, preset_size_class, pretrain_run_dir, read_config, resolve_device,
                            rng_state, save_checkpoint, save_weights, set_lr, set_rng_state, train_step,
                            write_or_check_config, ConfigMismatchError, NonFiniteLossError)
 
