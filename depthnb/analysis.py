@@ -16,6 +16,7 @@ import pandas as pd
 from scipy import stats
 import torch
 import torch.nn.functional as F
+from .runs import load_model, read_metrics
 
 # %% auto #0
 __all__ = ['FFN_WEIGHTS', 'PROJECTION', 'TASK_NAMES', 'WEIGHT_TYPES', 'singular_spectrum', 'cumulative_share', 'rank_fraction',
@@ -149,7 +150,6 @@ def rank_summary(profile: pd.DataFrame) -> pd.DataFrame:
 # %% ../nbs/08_analysis.ipynb #b04c9e9f
 def rank_profiles(paths: Sequence[str | Path], stacked_inputs: bool = False) -> pd.DataFrame:
     "`ffn_rank_profile` of each run directory or snapshot in `paths`, concatenated (column `path`)."
-    from depthnb.train import load_model
     frames = []
     for path in paths:
         frames.append(ffn_rank_profile(load_model(path), stacked_inputs=stacked_inputs).assign(path=str(path)))
@@ -381,7 +381,6 @@ def runs_table(run_dirs: Sequence[str | Path]) -> pd.DataFrame:
 
 def collect_metrics(runs: pd.DataFrame, kind: str | None = None, add_final: bool = True) -> pd.DataFrame:
     "`depthnb.train.read_metrics` of every `runs.run_dir`, with the run's other columns as labels."
-    from depthnb.train import read_metrics
     frames = []
     for run in runs.to_dict("records"):
         m = read_metrics(run["run_dir"], kind=kind)

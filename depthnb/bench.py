@@ -27,10 +27,11 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import depthnb
-from .config import TINY_CLASS, ModelConfig, PretrainConfig, StackConfig
+from .config import SIZE_CLASSES, TINY_CLASS, ModelConfig, PretrainConfig, StackConfig
 from .model import DecoderLM
-from .solver import SIZE_CLASSES, flops_per_token, model_config
-from .train import autocast, configure_backends, make_optimizer, mfu, peak_flops, read_metrics, train_step
+from .solver import flops_per_token, model_config
+from .train import autocast, configure_backends, make_optimizer, mfu, peak_flops, train_step
+from .runs import read_metrics
 
 # %% auto #0
 __all__ = ['ATTN_VARIANTS', 'RESULTS_HEADER', 'PAPER_BATCH', 'CPU_DEFAULTS', 'RefAttention', 'RefBlock', 'ReferenceLM',

@@ -5,31 +5,34 @@
 # %% ../nbs/10_cli.ipynb #ce8bb8b5
 from __future__ import annotations
 
-import argparse
 import hashlib
-import importlib
 import json
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .config import PRESETS, load_preset, repo_root
+from .config import CommandParser, UsageError, choices, load_preset, preset_from_args, repo_root
+
+from .bench import cli_bench
+from .data import cli_data
+from .finetune import cli_evaluate, cli_finetune
+from .midas import cli_stack
+from .train import cli_pretrain
 
 # %% auto #0
 __all__ = ['SUBCOMMANDS', 'EXPERIMENTS', 'main', 'Experiment', 'experiments_dir', 'experiment_order', 'done_marker',
            'ExperimentFailed', 'reproduce', 'cli_reproduce']
 
 # %% ../nbs/10_cli.ipynb #e44d1408
-SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
-    # name: (module, function, one-line help)
-    "data": ("depthnb.data", "cli_data", "fetch, verify and cache the datasets"),
-    "pretrain": ("depthnb.train", "cli_pretrain", "pretrain one model of a preset's depth family"),
-    "finetune": ("depthnb.finetune", "cli_finetune", "fine-tune a pretrained model on a compositional task"),
-    "evaluate": ("depthnb.finetune", "cli_evaluate", "score a fine-tuned model on a task split"),
-    "stack": ("depthnb.midas", "cli_stack", "train a baseline, GradStack, MIDAS or progressive run"),
-    "bench": ("depthnb.bench", "cli_bench", "measure throughput, MFU, memory and decoding speed"),
-    "reproduce": ("depthnb.cli", "cli_reproduce", "run a preset's experiment notebooks in order"),
+SUBCOMMANDS: dict[str, tuple] = {  # name: (function, one-line help)
+    "data": (cli_data, "fetch, verify and cache the datasets"),
+    "pretrain": (cli_pretrain, "pretrain one model of a preset's depth family"),
+    "finetune": (cli_finetune, "fine-tune a pretrained model on a compositional task"),
+    "evaluate": (cli_evaluate, "score a fine-tuned model on a task split"),
+    "stack": (cli_stack, "train a baseline, GradStack, MIDAS or progressive run"),
+    "bench": (cli_bench, "measure throughput, MFU, memory and decoding speed"),
+    "reproduce": (lambda argv: cli_reproduce(argv), "run a preset's experiment notebooks in order"),
 }
 
 
@@ -39,15 +42,14 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         width = max(map(len, SUBCOMMANDS))
         print("usage: depthnb <command> [options]   (depthnb <command> --help for its options)\n\ncommands:")
-        for name, (_, _, text) in SUBCOMMANDS.items():
+        for name, (_, text) in SUBCOMMANDS.items():
             print(f"  {name:<{width}}  {text}")
         return 0
     name, rest = argv[0], argv[1:]
     if name not in SUBCOMMANDS:
-        print(f"depthnb: unknown command {name!r}; valid commands: {', '.join(SUBCOMMANDS)}", file=sys.stderr)
+        print(f"depthnb: error: unknown command {name!r}; commands: {', '.join(SUBCOMMANDS)}", file=sys.stderr)
         return 2
-    module, function, _ = SUBCOMMANDS[name]
-    return getattr(importlib.import_module(module), function)(rest) or 0
+    return SUBCOMMANDS[name][0](rest) or 0
 
 # %% ../nbs/10_cli.ipynb #48448652
 @dataclass(frozen=True)
@@ -157,23 +159,26 @@ def reproduce(preset: str = "tiny", only: list[str] | None = None, seeds: int | 
 # %% ../nbs/10_cli.ipynb #a4c73a70
 def cli_reproduce(argv: list[str] | None = None) -> int:
     "depthnb reproduce --preset P [--only NAMES] [--seeds N] [--set KEY=VALUE ...]"
-    ap = argparse.ArgumentParser(prog="depthnb reproduce", description="Run a preset's experiment notebooks "
-                                 "in dependency order with papermill; reruns continue where they stopped.")
-    ap.add_argument("--preset", default="tiny", help=f"preset name ({', '.join(PRESETS)})")
+    ap = CommandParser("depthnb reproduce", "Run a preset's experiment notebooks in dependency order with papermill; "
+                       "reruns continue where they stopped.")
     ap.add_argument("--only", default="", help="comma-separated experiment names ("
                     + ", ".join(e.name for e in EXPERIMENTS) + ")")
     ap.add_argument("--seeds", type=int, default=None, help="use the first N seeds of the preset")
-    ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                    help="override a preset field in every notebook, e.g. --set pretrain.steps=50")
     ap.add_argument("--runs-dir", default=None, help="parent folder of runs/<preset> (default: runs/)")
     ap.add_argument("--figures-dir", default=None, help="parent folder of figures/<preset> (default: figures/)")
-    args = ap.parse_args(argv)
-    overrides = dict(kv.split("=", 1) for kv in args.overrides)
-    only = [s for s in args.only.split(",") if s] or None
-    try:
-        reproduce(args.preset, only=only, seeds=args.seeds, overrides=overrides, runs_dir=args.runs_dir,
-                  figures_dir=args.figures_dir)
-    except ExperimentFailed as e:
-        print(f"depthnb reproduce: {e}", file=sys.stderr)
-        return 1
-    return 0
+
+    def command(args) -> int:
+        preset_from_args(args)  # a bad --preset or --set is refused before any notebook runs
+        only = choices(args.only, "experiment", [e.name for e in EXPERIMENTS]) or None
+        if args.seeds is not None and args.seeds < 1:
+            raise UsageError(f"--seeds {args.seeds}: out of range; allowed: integers ≥ 1")
+        try:
+            reproduce(args.preset, only=only, seeds=args.seeds, overrides=dict(kv.split("=", 1) for kv in args.overrides),
+                      runs_dir=args.runs_dir, figures_dir=args.figures_dir)
+        except ExperimentFailed as e:
+            if args.debug:
+                raise
+            print(f"{ap.prog}: error: {e}", file=sys.stderr)  # several lines: the notebook's traceback is the report
+            return 1
+        return 0
+    return ap.run(command, argv)

@@ -5,19 +5,23 @@
 # %% ../nbs/00_config.ipynb #d7dce9b2
 from __future__ import annotations
 
+import argparse
 import ast
 import dataclasses
 import json
+import sys
 import typing
 from dataclasses import dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
 from typing import Any
 
 # %% auto #0
-__all__ = ['TINY_CLASS', 'CPU_CLASS', 'CPU_STACK_CLASS', 'PRESETS', 'ModelConfig', 'check_choice', 'check_range', 'DataConfig',
-           'PretrainConfig', 'FinetuneConfig', 'StackConfig', 'PrimitiveConfig', 'Preset', 'field_names', 'parse_value',
-           'override', 'to_dict', 'from_dict', 'config_diff', 'load_preset', 'add_preset_args', 'preset_from_args',
-           'repo_root', 'experiment_preset']
+__all__ = ['SIZE_CLASSES', 'TINY_CLASS', 'CPU_CLASS', 'CPU_STACK_CLASS', 'PRESETS', 'STACK_METHODS', 'STACK_RUNS',
+           'SIZE_CLASS_FIELDS', 'ModelConfig', 'check_choice', 'check_range', 'DataConfig', 'PretrainConfig',
+           'FinetuneConfig', 'StackConfig', 'PrimitiveConfig', 'SizeClass', 'resolve_size_class', 'Preset',
+           'field_names', 'parse_value', 'override', 'to_dict', 'from_dict', 'config_diff', 'load_preset', 'get_preset',
+           'preset_size_class', 'preset_depths', 'method_stack', 'UsageError', 'add_preset_args', 'preset_from_args',
+           'int_list', 'choices', 'CommandParser', 'repo_root', 'experiment_preset']
 
 # %% ../nbs/00_config.ipynb #d3b67e83
 @dataclass
@@ -168,6 +172,42 @@ class PrimitiveConfig:
     ft_eval_every: int = 10
     ft_seeds: tuple[int, ...] = (0, 1, 2)
 
+# %% ../nbs/00_config.ipynb #503aa8fc
+@dataclass(frozen=True)
+class SizeClass:
+    "A family of equal-parameter models: fixed widths, a baseline depth and feed-forward width."
+    name: str
+    d_model: int
+    d_attn: int
+    n_heads: int
+    n_layers: int  # depth of the baseline model
+    d_ff: int  # feed-forward width of the baseline model
+    n_vocab: int = 32128
+    depths: tuple[int, ...] = ()  # the depths trained in the paper (or chosen for a custom class)
+
+
+SIZE_CLASSES: dict[str, SizeClass] = {
+    "41M": SizeClass("41M", d_model=512, d_attn=512, n_heads=8, n_layers=2, d_ff=2048,
+                     depths=(1, 2, 3, 4, 5, 6, 7)),
+    "134M": SizeClass("134M", d_model=768, d_attn=768, n_heads=8, n_layers=12, d_ff=2048,
+                      depths=(1, 2, 4, 6, 8, 12, 16, 21, 26, 32)),
+    "374M": SizeClass("374M", d_model=1024, d_attn=1024, n_heads=64, n_layers=24, d_ff=2816,
+                      depths=(1, 2, 4, 6, 8, 12, 16, 24, 32)),
+}
+
+# %% ../nbs/00_config.ipynb #6a86089c
+def resolve_size_class(spec) -> SizeClass:
+    "A `SizeClass` from a `SizeClass`, a name in `SIZE_CLASSES`, or a dict of fields."
+    if isinstance(spec, SizeClass):
+        return spec
+    if isinstance(spec, str):
+        if spec not in SIZE_CLASSES:
+            raise KeyError(f"unknown size class {spec!r}; valid: {', '.join(SIZE_CLASSES)} (or a dict of SizeClass fields)")
+        return SIZE_CLASSES[spec]
+    if isinstance(spec, dict):
+        return SizeClass(**{**spec, "depths": tuple(spec.get("depths", ()))})
+    raise TypeError(f"cannot make a SizeClass from {type(spec).__name__}")
+
 # %% ../nbs/00_config.ipynb #7b10d597
 @dataclass
 class Preset:
@@ -218,15 +258,21 @@ def parse_value(text: str, typ) -> Any:
             return False
         raise ValueError(f"cannot read {text!r} as a boolean (use true/false)")
     if typ in (int, float):
-        return typ(text)
+        try:
+            return typ(text)
+        except ValueError:
+            raise ValueError(f"cannot read {text!r} as {'an integer' if typ is int else 'a number'}") from None
     if text.strip().lower() == "none":
         return None
     try:
         value = ast.literal_eval(text)
     except (ValueError, SyntaxError):
-        return text
+        value = text
     if origin is tuple and isinstance(value, (list, int, float, str)):
         value = tuple(value) if isinstance(value, list) else (value,)
+    item = typing.get_args(typ)[:1]
+    if origin is tuple and item and item[0] in (int, float) and not all(isinstance(v, item[0]) for v in value):
+        raise ValueError(f"cannot read {text!r} as a tuple of {item[0].__name__}s, e.g. (0, 1)")
     return value
 
 
@@ -391,7 +437,46 @@ def load_preset(name: str = "tiny", **overrides) -> Preset:
         raise KeyError(f"unknown preset {name!r}; valid presets: {', '.join(PRESETS)}")
     return override(PRESETS[name], **overrides)
 
+# %% ../nbs/00_config.ipynb #d4f4936c
+def get_preset(preset: Preset | str) -> Preset:
+    "A `Preset` given as itself or by name."
+    return preset if isinstance(preset, Preset) else load_preset(preset)
+
+
+def preset_size_class(preset: Preset | str, spec=None) -> SizeClass:
+    "The size class `spec` of `preset` (default: its first; a name is looked up in its classes, then `SIZE_CLASSES`)."
+    classes = [resolve_size_class(s) for s in get_preset(preset).size_classes]
+    if spec is None:
+        return classes[0]
+    for sc in classes:
+        if isinstance(spec, str) and sc.name == spec:
+            return sc
+    if isinstance(spec, str) and spec not in SIZE_CLASSES:
+        raise KeyError(f"unknown size class {spec!r}; preset {get_preset(preset).name!r} has "
+                       f"{', '.join(c.name for c in classes)} (and any of {', '.join(SIZE_CLASSES)})")
+    return resolve_size_class(spec)
+
+
+def preset_depths(preset: Preset | str, size_class=None) -> tuple[int, ...]:
+    "The depths a preset trains for `size_class` (its `depths` entry, else the class's own)."
+    sc = preset_size_class(preset, size_class)
+    return tuple(get_preset(preset).depths.get(sc.name, sc.depths))
+
+
+STACK_METHODS = ("baseline", "gradstack", "midas", "progressive")
+STACK_RUNS = (*STACK_METHODS, "looped")  # looped: the baseline's schedule with shared layers
+
+
+def method_stack(preset: Preset | str, method: str) -> StackConfig:
+    "The preset's `StackConfig` for one of `STACK_RUNS` (looped: the baseline)."
+    check_choice("method", method, STACK_RUNS)
+    return replace(get_preset(preset).stack, method="baseline" if method == "looped" else method)
+
 # %% ../nbs/00_config.ipynb #ede464f4
+class UsageError(ValueError):
+    "A bad command-line argument: one line `PROG: error: MESSAGE` and exit status 2, before anything is written."
+
+
 def add_preset_args(parser) -> None:
     "Add `--preset` and repeatable `--set KEY=VALUE` to an argparse parser."
     parser.add_argument("--preset", default="tiny", help=f"preset name ({', '.join(PRESETS)})")
@@ -399,15 +484,78 @@ def add_preset_args(parser) -> None:
                         help="override a preset field, e.g. --set pretrain.steps=50 (repeatable)")
 
 
+SIZE_CLASS_FIELDS = ("d_model", "d_attn", "n_heads", "d_ff", "n_layers", "n_vocab")  # set per depth by the solver
+
+
 def preset_from_args(args) -> Preset:
-    "The preset named by parsed `--preset`/`--set` arguments."
-    changes = {}
+    "The preset named by parsed `--preset`/`--set` arguments; `UsageError` names the argument that is wrong."
+    if args.preset not in PRESETS:
+        raise UsageError(f"unknown preset {args.preset!r}; presets: {', '.join(PRESETS)}")
+    preset = PRESETS[args.preset]
     for item in args.overrides:
-        key, sep, value = item.partition("=")
+        key, sep, value = (s.strip() for s in item.partition("="))
         if not sep:
-            raise ValueError(f"--set {item!r}: expected KEY=VALUE, e.g. --set pretrain.steps=50")
-        changes[key.strip()] = value.strip()
-    return load_preset(args.preset, **changes)
+            raise UsageError(f"--set {item!r}: expected KEY=VALUE, e.g. --set pretrain.steps=50")
+        parts = key.replace("__", ".").split(".")
+        if parts[:2] == ["pretrain", "model"] and len(parts) == 3 and parts[2] in SIZE_CLASS_FIELDS:
+            sc = preset_size_class(preset)
+            raise UsageError(f"--set {item}: the solver sets pretrain.model.{parts[2]} from the size class "
+                             f"(preset {preset.name!r}, class {sc.name!r}: {parts[2]}={getattr(sc, parts[2], 'per depth')}); "
+                             "change the class instead, e.g. --set 'size_classes=[{...}]'")
+        try:
+            preset = override(preset, **{key: value})
+        except (ValueError, KeyError, TypeError) as e:
+            raise UsageError(f"--set {item}: {e.args[0] if e.args else e}") from None
+    return preset
+
+
+def int_list(text: str | None, option: str, default=(), lo: int = 0) -> tuple[int, ...]:
+    "A comma-separated list of integers ≥ `lo` given to `option` (`default` when not given)."
+    if not text:
+        return tuple(default)
+    try:
+        values = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise UsageError(f"{option} {text}: expected comma-separated integers, e.g. {option} 1,2") from None
+    bad = [v for v in values if v < lo]
+    if bad:
+        raise UsageError(f"{option} {text}: {bad[0]} is out of range; allowed: integers ≥ {lo}")
+    return values
+
+
+def choices(text: str | None, what: str, allowed, default=()) -> tuple[str, ...]:
+    "Comma-separated names, each one of `allowed` (`default` when not given): `unknown task 'cogz'; tasks: ...`."
+    names = tuple(s for s in (text or "").split(",") if s) or tuple(default)
+    for name in names:
+        if name not in allowed:
+            raise UsageError(f"unknown {what} {name!r}; {what}s: {', '.join(allowed)}")
+    return names
+
+
+class CommandParser(argparse.ArgumentParser):
+    "argparse for a `depthnb` command: optional preset arguments, `--debug`, and every error as one line."
+    def __init__(self, prog: str, description: str, preset: bool = True, **kwargs):
+        super().__init__(prog=prog, description=description, **kwargs)
+        if preset:
+            add_preset_args(self)
+        self.add_argument("--debug", action="store_true", help="show the Python traceback of an error")
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+    def run(self, command, argv: list[str] | None = None) -> int:
+        "Parse `argv` and return `command(args)`: a `UsageError` exits 2, any other error 1, each as one line."
+        args = self.parse_args(argv)
+        try:
+            return command(args) or 0
+        except Exception as e:
+            if args.debug:
+                raise
+            message = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
+            if not isinstance(e, (UsageError, OSError, RuntimeError, ValueError, KeyError)):
+                message = f"{type(e).__name__}: {message} (an internal error: please report it with --debug's output)"
+            print(f"{self.prog}: error: {message}", file=sys.stderr)
+            return 2 if isinstance(e, UsageError) else 1
 
 # %% ../nbs/00_config.ipynb #07dc4c4c
 def repo_root() -> Path:

@@ -5,12 +5,10 @@
 # %% ../nbs/07_finetune.ipynb #00e045be
 from __future__ import annotations
 
-import argparse
 import copy
 import functools
 import json
 import math
-import sys
 import time
 from collections import defaultdict
 from dataclasses import replace
@@ -20,21 +18,23 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from .config import (DataConfig, FinetuneConfig, Preset, add_preset_args, from_dict, preset_from_args,
-                            to_dict)
-from .data import GENERALIZATION_SPLIT, load_task, load_tokenizer, train_tokenizer
+from .config import (CommandParser, DataConfig, FinetuneConfig, Preset, UsageError, choices,
+                            from_dict, get_preset, int_list, preset_depths, preset_from_args,
+                            preset_size_class, to_dict)
+from .data import GENERALIZATION_SPLIT, TASKS, load_task, load_tokenizer, train_tokenizer
 from .model import DecoderLM
-from .train import (DistInfo, MetricsLog, _check_finite, _preset, _size_class, _step_name, atomic_write,
-                           autocast, is_done, latest_checkpoint, load_model, lr_at, make_optimizer, mark_done,
-                           maybe_compile, preset_depths, preset_size_class, pretrain_run_dir, read_config, resolve_device,
-                           rng_state, save_checkpoint, save_weights, set_lr, set_rng_state, train_step,
-                           write_or_check_config, ConfigMismatchError, NonFiniteLossError)
+from .train import (_check_finite, autocast, lr_at, make_optimizer, maybe_compile, resolve_device,
+                           set_lr, train_step)
+from .runs import (MetricsLog, atomic_write, finetune_run_dir, is_done, latest_checkpoint, load_model,
+                          mark_done, pretrain_run_dir, read_config, rng_state, save_checkpoint, save_weights,
+                          set_rng_state, source_run_dir, step_file, write_or_check_config)
+
 
 # %% auto #0
 __all__ = ['encode_example', 'lm_pair', 'collate', 'bucket_batches', 'BatchSchedule', 'greedy_decode', 'normalize', 'exact_match',
-           'token_batches', 'target_loss', 'evaluate', 'run_tokenizer', 'source_run_dir', 'in_distribution_split',
-           'generalization_split', 'LazyPairs', 'cached_task', 'finetune', 'finetune_config', 'finetune_run_dir',
-           'evaluate_run', 'finetune_job', 'cli_finetune', 'cli_evaluate']
+           'token_batches', 'target_loss', 'evaluate', 'run_tokenizer', 'in_distribution_split', 'generalization_split',
+           'LazyPairs', 'cached_task', 'finetune', 'finetune_config', 'evaluate_run', 'finetune_job', 'finetune_parser',
+           'finetune_selection', 'cli_finetune', 'cli_evaluate']
 
 # %% ../nbs/07_finetune.ipynb #e96f4856
 def encode_example(tokenizer, source: str, target: str) -> tuple[list[int], int]:
@@ -217,15 +217,6 @@ def run_tokenizer(run_dir: Path | str):
     return train_tokenizer(from_dict(DataConfig, rec["config"]["data"]))
 
 
-def source_run_dir(path: Path | str) -> Path:
-    "The run directory of a run directory, `final.pt`, snapshot or checkpoint path."
-    path = Path(path)
-    for cand in (path, path.parent, path.parent.parent):
-        if (cand / "config.json").exists():
-            return cand
-    raise FileNotFoundError(f"no config.json in or above {path}: not inside a run directory")
-
-
 def in_distribution_split(dataset) -> str:
     "The split whose loss is tracked during fine-tuning: `dev`, else `train`."
     return "dev" if "dev" in dataset else "train"
@@ -346,7 +337,7 @@ def finetune(model_or_run, task: str, config: FinetuneConfig, run_dir: Path | st
                               batch_size=config.eval_batch_size, device=device, bf16=config.bf16)
             metrics.write(kind="eval", step=step, split=id_name, loss=val, ppl=math.exp(min(val, 700)))
             if step in snaps:
-                rel = Path("snapshots") / _step_name(step)
+                rel = Path("snapshots") / step_file(step)
                 save_weights(run_dir / rel, model, step=step)
                 metrics.write(kind="snapshot", step=step, path=str(rel))
             save_checkpoint(run_dir, dict(step=step, model=model.state_dict(), optimizer=optimizer.state_dict(),
@@ -362,17 +353,10 @@ def finetune(model_or_run, task: str, config: FinetuneConfig, run_dir: Path | st
 # %% ../nbs/07_finetune.ipynb #78fb18c2
 def finetune_config(preset: Preset | str, seed: int = 0, task: str | None = None) -> FinetuneConfig:
     "The preset's `FinetuneConfig` for `task` (its `task_steps`, if any) with `seed` (device: the preset's for \"auto\")."
-    p = _preset(preset)
+    p = get_preset(preset)
     fc = p.finetune
     return replace(fc, seed=seed, steps=p.task_steps.get(task, fc.steps),
                    device=fc.device if fc.device != "auto" else p.device)
-
-
-def finetune_run_dir(preset: Preset | str, size_class, n_layers: int, seed: int, task: str, tag: str | None = None) -> Path:
-    "`<runs_dir>/<preset>/finetune/<class>/L<n_layers>_s<seed>/<task>[_<tag>]`."
-    p = _preset(preset)
-    return (Path(p.runs_dir) / p.name / "finetune" / _size_class(p, size_class).name / f"L{n_layers}_s{seed}"
-            / (task if tag is None else f"{task}_{tag}"))
 
 
 def evaluate_run(run_dir: Path | str, split: str | None = None, *, weights: str | None = None,
@@ -407,7 +391,7 @@ def evaluate_run(run_dir: Path | str, split: str | None = None, *, weights: str 
 def finetune_job(preset: Preset | str, size_class, n_layers: int, seed: int, task: str, *,
                  source: str | Path | None = None, tag: str | None = None, evaluate: bool = True) -> str:
     "Fine-tune (or find finished) one run of a preset's sweep, score its generalization and in-distribution splits; returns the run directory."
-    p = _preset(preset)
+    p = get_preset(preset)
     if source is not None and tag is None:
         raise ValueError(f"finetune_job: source={str(source)!r} needs a tag, so that its run does not take the "
                          "place of the run fine-tuned from the final pretrained weights")
@@ -425,79 +409,90 @@ def finetune_job(preset: Preset | str, size_class, n_layers: int, seed: int, tas
     return str(run_dir)
 
 # %% ../nbs/07_finetune.ipynb #d0ab69e8
-def _selection_args(ap: argparse.ArgumentParser) -> None:
-    add_preset_args(ap)
-    ap.add_argument("--tasks", default=None, help="comma-separated tasks (default: the preset's)")
+def finetune_parser(prog: str, description: str) -> CommandParser:
+    "The parser of `depthnb finetune` and `depthnb evaluate`: a preset and a selection of its fine-tuning runs."
+    ap = CommandParser(prog, description)
+    ap.add_argument("--tasks", default=None, help=f"comma-separated, of {', '.join(TASKS)} (default: the preset's)")
     ap.add_argument("--size-class", default=None, help="one of the preset's size classes (default: its first)")
     ap.add_argument("--layers", default=None, help="comma-separated depths (default: all of the class)")
     ap.add_argument("--seeds", default=None, help="comma-separated seeds (default: the preset's)")
     ap.add_argument("--run-dir", default=None, help="a single fine-tuning run directory (instead of the selection)")
     ap.add_argument("--no-progress", action="store_true", help="no progress bars")
+    return ap
 
 
-def _selected_runs(args, ap) -> list[tuple[Path, str, int, int]]:
-    "(run_dir, task, n_layers, seed) of the runs the arguments select."
+def finetune_selection(args) -> list[tuple[Path, str, int, int]]:
+    "(run_dir, task, n_layers, seed) of the runs that parsed arguments select; `UsageError` if one is bad."
     preset = preset_from_args(args)
-    sc = preset_size_class(preset, args.size_class)
-    tasks = tuple(args.tasks.split(",")) if args.tasks else preset.tasks
-    depths = tuple(int(x) for x in args.layers.split(",")) if args.layers else preset_depths(preset, sc)
-    seeds = tuple(int(x) for x in args.seeds.split(",")) if args.seeds else preset.seeds
+    try:
+        sc = preset_size_class(preset, args.size_class)
+    except KeyError as e:
+        raise UsageError(f"--size-class: {e.args[0]}") from None
+    tasks = choices(args.tasks, "task", TASKS, default=preset.tasks)
+    depths = int_list(args.layers, "--layers", preset_depths(preset, sc), lo=1)
+    seeds = int_list(args.seeds, "--seeds", preset.seeds)
     runs = [(finetune_run_dir(preset, sc, n, s, t), t, n, s) for t in tasks for n in depths for s in seeds]
     if args.run_dir:
         if len(runs) != 1:
-            ap.error(f"--run-dir needs exactly one run, but {len(runs)} were selected (use --tasks T --layers N --seeds S)")
+            raise UsageError(f"--run-dir needs exactly one run, but {len(runs)} were selected "
+                             "(use --tasks T --layers N --seeds S)")
         runs = [(Path(args.run_dir),) + runs[0][1:]]
     return runs
 
 
 def cli_finetune(argv: list[str] | None = None) -> int:
     "depthnb finetune [--preset P] [--set K=V ...] [--tasks T,..] [--layers N,..] [--seeds S,..] [--source PATH] [--run-dir D]"
-    ap = argparse.ArgumentParser(prog="depthnb finetune", description="Fine-tune pretrained models of a preset on "
-                                 "its tasks and score them; finished runs are skipped, interrupted ones resume.")
-    _selection_args(ap)
+    ap = finetune_parser("depthnb finetune", "Fine-tune pretrained models of a preset on its tasks and score them; "
+                         "finished runs are skipped, interrupted ones resume.")
     ap.add_argument("--source", default=None, help="pretrained run directory or snapshot (a single run only; "
                     "default: the preset's pretraining run of the same depth and seed)")
     ap.add_argument("--no-eval", action="store_true", help="do not score the generalization split afterwards")
-    args = ap.parse_args(argv)
-    preset = preset_from_args(args)
-    runs = _selected_runs(args, ap)
-    if args.source and len(runs) != 1:
-        ap.error(f"--source needs exactly one run, but {len(runs)} were selected")
-    for run_dir, task, n, seed in runs:
-        source = Path(args.source) if args.source else pretrain_run_dir(preset, preset_size_class(preset, args.size_class), n, seed)
-        try:
+
+    def command(args) -> int:
+        preset, runs = preset_from_args(args), finetune_selection(args)
+        if args.source and len(runs) != 1:
+            raise UsageError(f"--source needs exactly one run, but {len(runs)} were selected")
+        if args.source and not Path(args.source).exists():
+            raise UsageError(f"--source {args.source}: no such run directory or weights file")
+        sc = preset_size_class(preset, args.size_class)
+        for run_dir, task, n, seed in runs:
+            source = Path(args.source) if args.source else pretrain_run_dir(preset, sc, n, seed)
             if is_done(run_dir):
                 print(f"{run_dir}: fine-tuning finished already; nothing to do")
             else:
                 if not args.source and not is_done(source):
-                    raise RuntimeError(f"{source}: the pretraining run has not finished (run `depthnb pretrain` first)")
+                    raise RuntimeError(f"{source}: the pretraining run has not finished (run `depthnb pretrain "
+                                       f"--preset {preset.name} --layers {n} --seeds {seed}` first)")
                 finetune(source, task, finetune_config(preset, seed, task), run_dir, progress=not args.no_progress)
             if not args.no_eval:
                 res = evaluate_run(run_dir, progress=not args.no_progress)
                 print(f"{run_dir}: {res['split']} accuracy {res['accuracy']:.3f} (n={res['n']})")
-        except (ConfigMismatchError, NonFiniteLossError, RuntimeError, ValueError, KeyError) as e:
-            print(f"depthnb finetune: {e}", file=sys.stderr)
-            return 1
-    return 0
+        return 0
+    return ap.run(command, argv)
 
 
 def cli_evaluate(argv: list[str] | None = None) -> int:
     "depthnb evaluate [--preset P ...selection...] [--run-dir D] [--split S] [--snapshot F] [--limit N] [--overwrite]"
-    ap = argparse.ArgumentParser(prog="depthnb evaluate", description="Score finished fine-tuning runs by greedy "
-                                 "decoding (exact match) on a split; writes eval/<split>.json and predictions.")
-    _selection_args(ap)
+    ap = finetune_parser("depthnb evaluate", "Score finished fine-tuning runs by greedy decoding (exact match) on a "
+                         "split; writes eval/<split>.json and predictions.")
     ap.add_argument("--split", default=None, help="split to score (default: gen, or test where there is no gen)")
     ap.add_argument("--snapshot", default=None, help="score this snapshot (e.g. snapshots/step_00000050.pt) "
                     "instead of final.pt")
     ap.add_argument("--limit", type=int, default=None, help="score a fixed random subset of N examples")
     ap.add_argument("--overwrite", action="store_true", help="score again even if the result exists")
-    args = ap.parse_args(argv)
-    for run_dir, *_ in _selected_runs(args, ap):
-        try:
+
+    def command(args) -> int:
+        runs = finetune_selection(args)
+        if args.limit is not None and args.limit < 1:
+            raise UsageError(f"--limit {args.limit}: out of range; allowed: integers ≥ 1")
+        if args.split:
+            for task in dict.fromkeys(task for _, task, *_ in runs):
+                splits = list(cached_task(task))
+                if args.split not in splits:
+                    raise UsageError(f"unknown split {args.split!r} of task {task}; splits: {', '.join(splits)}")
+        for run_dir, *_ in runs:
             res = evaluate_run(run_dir, args.split, weights=args.snapshot, limit=args.limit, overwrite=args.overwrite,
                                progress=not args.no_progress)
-        except (FileNotFoundError, RuntimeError, ValueError, KeyError) as e:
-            print(f"depthnb evaluate: {e}", file=sys.stderr)
-            return 1
-        print(f"{run_dir}: {res['split']} accuracy {res['accuracy']:.3f} (n={res['n']}, {res['seconds']:.1f} s)")
-    return 0
+            print(f"{run_dir}: {res['split']} accuracy {res['accuracy']:.3f} (n={res['n']}, {res['seconds']:.1f} s)")
+        return 0
+    return ap.run(command, argv)

@@ -5,13 +5,11 @@
 # %% ../nbs/06_midas.ipynb #5d17cf32
 from __future__ import annotations
 
-import argparse
 import copy
 import itertools
 import json
 import math
 import re
-import sys
 import time
 from dataclasses import asdict, dataclass, replace
 from fractions import Fraction
@@ -26,26 +24,28 @@ from matplotlib.cm import ScalarMappable
 from matplotlib.colors import BoundaryNorm, ListedColormap
 from matplotlib.patches import Rectangle
 
-from .config import (ModelConfig, PretrainConfig, Preset, PrimitiveConfig, StackConfig, add_preset_args,
-                            config_diff, from_dict, preset_from_args, to_dict)
+from .config import (STACK_RUNS, CommandParser, ModelConfig, Preset, PretrainConfig, PrimitiveConfig,
+                            StackConfig, UsageError, choices, config_diff, from_dict, get_preset, int_list,
+                            method_stack, preset_from_args, resolve_size_class, to_dict)
 from .model import DecoderLM
 from .plots import METHOD_COLORS, depth_palette, set_style
 from .primitives import (PRIMITIVE_TASKS, TABLE7_PAPER, evaluate_task, finetune_primitives, ft_summary,
                                 table6_rows)
-from .solver import flops_per_token, model_config, resolve_size_class
-from .train import (ConfigMismatchError, NonFiniteLossError, _json_lines, _preset, atomic_write, init_distributed,
-                           is_done, latest_checkpoint, load_model, make_optimizer, mark_done, pretrain, read_config,
-                           read_metrics, resolve_device, save_weights, write_or_check_config)
+from .solver import flops_per_token, model_config
+from .runs import (atomic_write, is_done, json_lines, latest_checkpoint, load_model, mark_done,
+                          read_config, read_metrics, save_weights, stack_run_dir, stack_run_name,
+                          write_or_check_config)
+from .train import init_distributed, make_optimizer, pretrain, resolve_device
+
 
 # %% auto #0
-__all__ = ['GROW_OPS', 'SCHEDULES', 'TABLE1_SPEEDUPS', 'SAUNSHI_MODELS', 'STACK_METHODS', 'STACK_RUNS', 'FIG5_ROWS',
-           'TABLE1_PAPER', 'grow_layout', 'grow_model', 'grow_optimizer', 'grow', 'plot_growth', 'stage_depths',
-           'birth_stages', 'plot_stages', 'stage_weights', 'stage_schedule', 'stack_config', 'speedup', 'speedup_table',
-           'Stage', 'stack_stages', 'stage_config', 'grow_state', 'stage_state', 'stack_train', 'stack_pretrain_config',
-           'method_stack', 'stack_run_name', 'stack_run_dir', 'stack_job', 'figure_stack_losses', 'measured_speedup',
-           'stack_similarities', 'similarity_summary', 'primitive_results', 'primitive_ft_results', 'primitive_table',
-           'primitive_ft_table', 'snapshot_items', 'isoplot_table', 'figure_primitives', 'table1_paper',
-           'final_eval_loss', 'table1', 'stack_finetune_run_dir', 'stack_finetune_job', 'cli_stack']
+__all__ = ['GROW_OPS', 'SCHEDULES', 'TABLE1_SPEEDUPS', 'SAUNSHI_MODELS', 'FIG5_ROWS', 'TABLE1_PAPER', 'grow_layout', 'grow_model',
+           'grow_optimizer', 'grow', 'plot_growth', 'stage_depths', 'birth_stages', 'plot_stages', 'stage_weights',
+           'stage_schedule', 'stack_config', 'speedup', 'speedup_table', 'Stage', 'stack_stages', 'stage_config',
+           'grow_state', 'stage_state', 'stack_train', 'stack_pretrain_config', 'stack_job', 'figure_stack_losses',
+           'measured_speedup', 'stack_similarities', 'similarity_summary', 'primitive_results', 'primitive_ft_results',
+           'primitive_table', 'primitive_ft_table', 'snapshot_items', 'isoplot_table', 'figure_primitives',
+           'table1_paper', 'final_eval_loss', 'table1', 'stack_finetune_run_dir', 'stack_finetune_job', 'cli_stack']
 
 # %% ../nbs/06_midas.ipynb #353fb4d8
 GROW_OPS = ("midas", "gradstack", "progressive")
@@ -297,9 +297,6 @@ def speedup_table(rows=TABLE1_SPEEDUPS, models=SAUNSHI_MODELS) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 # %% ../nbs/06_midas.ipynb #09bc05bc
-STACK_METHODS = ("baseline", "gradstack", "midas", "progressive")
-
-
 @dataclass(frozen=True)
 class Stage:
     "Stage `stage` (1-based) of a stagewise run: a `n_layers`-deep model trained on global steps [start, stop)."
@@ -369,7 +366,7 @@ def _merge_stage_metrics(run_dir: Path, stages: list[Stage]) -> None:
         record = run_dir / st.name / "stage.json"
         if not record.exists():
             continue
-        for r in _json_lines(run_dir / st.name / "metrics.jsonl"):
+        for r in json_lines(run_dir / st.name / "metrics.jsonl"):
             if r.get("kind") == "snapshot":
                 r = {**r, "path": f"{st.name}/{r['path']}"}
             lines.append(r)
@@ -445,37 +442,13 @@ def stack_train(config: PretrainConfig, stack: StackConfig, run_dir: Path | str,
     return model.train()
 
 # %% ../nbs/06_midas.ipynb #28d7375b
-STACK_RUNS = (*STACK_METHODS, "looped")
-
-
 def stack_pretrain_config(preset: Preset | str, seed: int = 0, looped: bool = False) -> PretrainConfig:
     "The final model's `PretrainConfig` of a preset's stacking study (baseline widths; `looped`: shared layers)."
-    p = _preset(preset)
+    p = get_preset(preset)
     pc = p.pretrain
     model = replace(stack_config(p.stack_size_class, p.stack_layers, pc.model), n_vocab=pc.data.vocab_size,
                     share_layers=looped)
     return replace(pc, model=model, seed=seed, device=pc.device if pc.device != "auto" else p.device)
-
-
-def method_stack(preset: Preset | str, method: str) -> StackConfig:
-    "The preset's `StackConfig` for one of `STACK_RUNS` (looped: the baseline)."
-    if method not in STACK_RUNS:
-        raise ValueError(f"method={method!r} is not one of {list(STACK_RUNS)}")
-    return replace(_preset(preset).stack, method="baseline" if method == "looped" else method)
-
-
-def stack_run_name(method: str, stack: StackConfig, n_layers: int, seed: int = 0) -> str:
-    "`baseline_L24_s0`, `looped_L24_s0`, `midas_L24_b4_prop2_s0` (+ `_reset` when the optimizer state is reset)."
-    if method in ("baseline", "looped"):
-        return f"{method}_L{n_layers}_s{seed}"
-    return (f"{method}_L{n_layers}_b{stack.block_size}_{stack.schedule}{stack.alpha:g}_s{seed}"
-            + ("_reset" if stack.reset_optimizer else ""))
-
-
-def stack_run_dir(preset: Preset | str, method: str, seed: int = 0) -> Path:
-    "`<runs_dir>/<preset>/stack/<stack_run_name>`."
-    p = _preset(preset)
-    return Path(p.runs_dir) / p.name / "stack" / stack_run_name(method, method_stack(p, method), p.stack_layers, seed)
 
 
 def stack_job(preset: Preset | str, method: str, seed: int = 0) -> str:
@@ -554,7 +527,7 @@ def similarity_summary(sims: dict[str, dict[str, np.ndarray]]) -> pd.DataFrame:
 # %% ../nbs/06_midas.ipynb #dd353933
 def _weights(path: Path | str) -> tuple[Path, Path, str]:
     "(run directory holding the weights, the weights file, its stem) of a run directory or a weights file."
-    from depthnb.finetune import source_run_dir
+    from depthnb.runs import source_run_dir
     path = Path(path)
     weights = path / "final.pt" if path.is_dir() else path
     if not weights.exists():
@@ -760,7 +733,7 @@ def table1(runs: dict[str, Path], baseline: str = "baseline", split: str = "enwi
 # %% ../nbs/06_midas.ipynb #95e09834
 def stack_finetune_run_dir(preset: Preset | str, method: str, task: str, seed: int = 0, stack_seed: int = 0) -> Path:
     "`<runs_dir>/<preset>/stack_finetune/<stack run name>/<task>` (`_ft<seed>` for fine-tuning seeds other than 0)."
-    p = _preset(preset)
+    p = get_preset(preset)
     name = stack_run_name(method, method_stack(p, method), p.stack_layers, stack_seed)
     return Path(p.runs_dir) / p.name / "stack_finetune" / name / (task if seed == 0 else f"{task}_ft{seed}")
 
@@ -779,30 +752,26 @@ def stack_finetune_job(preset: Preset | str, method: str, task: str, seed: int =
 # %% ../nbs/06_midas.ipynb #9c175d32
 def cli_stack(argv: list[str] | None = None) -> int:
     "depthnb stack [--preset P] [--set KEY=VALUE ...] [--method M,..] [--seeds S,..] [--run-dir D]"
-    ap = argparse.ArgumentParser(prog="depthnb stack", description="Pretrain a preset's stacking study: baseline, "
-                                 "GradStack, MIDAS, progressive or looped runs on the same data and steps; finished "
-                                 "runs are skipped, interrupted ones resume.")
-    add_preset_args(ap)
+    ap = CommandParser("depthnb stack", "Pretrain a preset's stacking study: baseline, GradStack, MIDAS, progressive "
+                       "or looped runs on the same data and steps; finished runs are skipped, interrupted ones resume.")
     ap.add_argument("--method", default=None, help=f"comma-separated, of {', '.join(STACK_RUNS)} "
                     "(default: the preset's stack.method)")
     ap.add_argument("--seeds", default=None, help="comma-separated pretraining seeds (default: the first of the preset's)")
     ap.add_argument("--run-dir", default=None, help="run directory (a single run only; default: "
                     "<runs_dir>/<preset>/stack/<name>)")
     ap.add_argument("--no-progress", action="store_true", help="no progress bars")
-    args = ap.parse_args(argv)
-    try:
+
+    def command(args) -> int:
         preset = preset_from_args(args)
-        methods = tuple(args.method.split(",")) if args.method else (preset.stack.method,)
-        seeds = tuple(int(s) for s in args.seeds.split(",")) if args.seeds else preset.seeds[:1]
-        jobs = [(m, s) for m in methods for s in seeds]
-        for m, _ in jobs:
-            method_stack(preset, m)
+        methods = choices(args.method, "method", STACK_RUNS, default=(preset.stack.method,))
+        jobs = [(m, s) for m in methods for s in int_list(args.seeds, "--seeds", preset.seeds[:1])]
         if args.run_dir and len(jobs) != 1:
-            ap.error(f"--run-dir needs exactly one run, but {len(jobs)} were selected (use --method M --seeds S)")
-        for method, seed in jobs:
-            run_dir = Path(args.run_dir) if args.run_dir else stack_run_dir(preset, method, seed)
-            config, stack = stack_pretrain_config(preset, seed, looped=method == "looped"), method_stack(preset, method)
+            raise UsageError(f"--run-dir needs exactly one run, but {len(jobs)} were selected (use --method M --seeds S)")
+        runs = [(m, s, Path(args.run_dir) if args.run_dir else stack_run_dir(preset, m, s),
+                 stack_pretrain_config(preset, s, looped=m == "looped"), method_stack(preset, m)) for m, s in jobs]
+        for *_, run_dir, config, stack in runs:  # a changed config is refused before anything trains
             write_or_check_config(run_dir, _stack_record(config, stack), write=False)
+        for method, seed, run_dir, config, stack in runs:
             if is_done(run_dir):
                 print(f"{run_dir}: already finished; nothing to do")
             else:
@@ -814,7 +783,5 @@ def cli_stack(argv: list[str] | None = None) -> int:
                 print(f"  speedup over {base.name}: wall-clock {m['wall_speedup']:.3f}x, step time "
                       f"{m['step_time_speedup']:.3f}x, FLOPs {m['flop_speedup']:.3f}x (layer count "
                       f"{m['flop_speedup_layers']:.3f}x)")
-    except (ConfigMismatchError, NonFiniteLossError, RuntimeError, ValueError, KeyError) as e:
-        print(f"depthnb stack: {e}", file=sys.stderr)
-        return 1
-    return 0
+        return 0
+    return ap.run(command, argv)

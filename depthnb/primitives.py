@@ -22,6 +22,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .config import PrimitiveConfig
+from .train import make_optimizer
 
 # %% auto #0
 __all__ = ['PRIMITIVE_TASKS', 'LETTERS', 'COPY_SEQ_LEN', 'COPY_SUB_LEN', 'N_VARS', 'VALUE_RANGE', 'DIGITS', 'ARITHMETIC_SHOTS',
@@ -432,7 +433,6 @@ def finetune_primitives(model: nn.Module, tokenizer, cfg: PrimitiveConfig, seed:
                         betas: tuple[float, float] = (0.9, 0.95), weight_decay: float = 0.0, grad_clip: float = 1.0,
                         batch_size: int = 64, log=None) -> pd.DataFrame:
     "Appendix B.2 for one seed: full-batch, constant-LR fine-tuning of a copy of `model`; the evaluation log."
-    from depthnb.train import make_optimizer  # the pretraining optimizer, with the pretraining settings
 
     evals = set(ft_eval_steps(cfg))
     model = copy.deepcopy(model).train()

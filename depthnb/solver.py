@@ -6,53 +6,17 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from fractions import Fraction
 from typing import NamedTuple
 
 import pandas as pd
 
-from .config import ModelConfig
+from .config import SIZE_CLASSES, ModelConfig, SizeClass, resolve_size_class
 
 # %% auto #0
-__all__ = ['SIZE_CLASSES', 'TABLE2_D_FF', 'SizeClass', 'resolve_size_class', 'layer_params', 'model_params', 'width_delta',
-           'max_depth', 'solve_d_ff', 'family', 'model_config', 'Flops', 'flops_per_token', 'table2']
-
-# %% ../nbs/01_solver.ipynb #503aa8fc
-@dataclass(frozen=True)
-class SizeClass:
-    "A family of equal-parameter models: fixed widths, a baseline depth and feed-forward width."
-    name: str
-    d_model: int
-    d_attn: int
-    n_heads: int
-    n_layers: int  # depth of the baseline model
-    d_ff: int  # feed-forward width of the baseline model
-    n_vocab: int = 32128
-    depths: tuple[int, ...] = ()  # the depths trained in the paper (or chosen for a custom class)
-
-
-SIZE_CLASSES: dict[str, SizeClass] = {
-    "41M": SizeClass("41M", d_model=512, d_attn=512, n_heads=8, n_layers=2, d_ff=2048,
-                     depths=(1, 2, 3, 4, 5, 6, 7)),
-    "134M": SizeClass("134M", d_model=768, d_attn=768, n_heads=8, n_layers=12, d_ff=2048,
-                      depths=(1, 2, 4, 6, 8, 12, 16, 21, 26, 32)),
-    "374M": SizeClass("374M", d_model=1024, d_attn=1024, n_heads=64, n_layers=24, d_ff=2816,
-                      depths=(1, 2, 4, 6, 8, 12, 16, 24, 32)),
-}
-
-# %% ../nbs/01_solver.ipynb #6a86089c
-def resolve_size_class(spec) -> SizeClass:
-    "A `SizeClass` from a `SizeClass`, a name in `SIZE_CLASSES`, or a dict of fields."
-    if isinstance(spec, SizeClass):
-        return spec
-    if isinstance(spec, str):
-        if spec not in SIZE_CLASSES:
-            raise KeyError(f"unknown size class {spec!r}; valid: {', '.join(SIZE_CLASSES)} (or a dict of SizeClass fields)")
-        return SIZE_CLASSES[spec]
-    if isinstance(spec, dict):
-        return SizeClass(**{**spec, "depths": tuple(spec.get("depths", ()))})
-    raise TypeError(f"cannot make a SizeClass from {type(spec).__name__}")
+__all__ = ['TABLE2_D_FF', 'layer_params', 'model_params', 'width_delta', 'max_depth', 'solve_d_ff', 'family', 'model_config',
+           'Flops', 'flops_per_token', 'table2']
 
 # %% ../nbs/01_solver.ipynb #12e2931a
 def layer_params(d_model: int, d_attn: int, d_ff: int) -> int:

@@ -5,15 +5,10 @@
 # %% ../nbs/05_train.ipynb #82ad1fa9
 from __future__ import annotations
 
-import argparse
 import contextlib
-import hashlib
-import json
 import math
 import os
-import random
 import statistics
-import sys
 import time
 import warnings
 from dataclasses import dataclass, replace
@@ -25,19 +20,22 @@ import torch.distributed as dist
 import torch.nn as nn
 from tqdm.auto import tqdm
 
-from .config import (PRESETS, PretrainConfig, Preset, add_preset_args, config_diff, from_dict, load_preset,
-                            preset_from_args, to_dict)
+from .config import (CommandParser, Preset, PretrainConfig, UsageError, config_diff, get_preset,
+                            int_list, preset_depths, preset_from_args, preset_size_class, resolve_size_class,
+                            to_dict)
 from .model import DecoderLM
-from .solver import flops_per_token, model_config, resolve_size_class
+from .solver import flops_per_token, model_config
+from .runs import (MetricsLog, is_done, latest_checkpoint, load_model, mark_done, pretrain_run_dir,
+                          rng_state, save_checkpoint, save_weights, set_rng_state, snapshot_steps, step_file,
+                          write_or_check_config)
+from .data import prepare_pretraining
+
 
 # %% auto #0
-__all__ = ['PEAK_FLOPS', 'KEEP_CHECKPOINTS', 'resolve_device', 'autocast', 'configure_backends', 'maybe_compile', 'peak_flops',
-           'mfu', 'lr_at', 'make_optimizer', 'set_lr', 'train_step', 'DistInfo', 'init_distributed', 'all_reduce_sum',
-           'CheckpointError', 'atomic_write', 'save_verified', 'load_verified', 'rng_state', 'set_rng_state',
-           'ConfigMismatchError', 'write_or_check_config', 'read_config', 'MetricsLog', 'read_metrics', 'mark_done',
-           'is_done', 'snapshot_steps', 'save_checkpoint', 'latest_checkpoint', 'save_weights', 'load_model', 'lm_loss',
-           'NonFiniteLossError', 'pretrain', 'preset_size_class', 'preset_depths', 'pretrain_config',
-           'pretrain_run_dir', 'run_parallel', 'pretrain_job', 'step_latency', 'cli_pretrain']
+__all__ = ['PEAK_FLOPS', 'resolve_device', 'autocast', 'configure_backends', 'maybe_compile', 'peak_flops', 'mfu', 'lr_at',
+           'make_optimizer', 'set_lr', 'train_step', 'DistInfo', 'init_distributed', 'all_reduce_sum', 'lm_loss',
+           'NonFiniteLossError', 'pretrain_record', 'pretrain', 'pretrain_config', 'run_parallel', 'pretrain_job',
+           'step_latency', 'pretrain_selection', 'cli_pretrain']
 
 # %% ../nbs/05_train.ipynb #f43354f1
 def resolve_device(spec: str = "auto", local_rank: int = 0) -> torch.device:
@@ -205,227 +203,6 @@ def all_reduce_sum(t: torch.Tensor, info: DistInfo) -> torch.Tensor:
         dist.all_reduce(t, op=dist.ReduceOp.SUM)
     return t
 
-# %% ../nbs/05_train.ipynb #e5472125
-class CheckpointError(RuntimeError):
-    "A checkpoint file that cannot be trusted (missing checksum, checksum mismatch, unreadable)."
-
-
-def _fsync_dir(path: Path) -> None:
-    with contextlib.suppress(OSError):  # some filesystems refuse to open directories
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
-def _sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 22), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def atomic_write(path: Path | str, write) -> Path:
-    "Call `write(file)` on a temporary file, fsync it, and rename it to `path` atomically."
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    try:
-        with open(tmp, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    _fsync_dir(path.parent)
-    return path
-
-
-def save_verified(obj, path: Path | str) -> Path:
-    "`torch.save` `obj` to `path` atomically, then its SHA-256 to `path.sha256`."
-    path = atomic_write(path, lambda f: torch.save(obj, f))
-    digest = _sha256_file(path)
-    atomic_write(path.with_name(path.name + ".sha256"), lambda f: f.write(digest.encode()))
-    return path
-
-
-def load_verified(path: Path | str, require_checksum: bool = True, map_location="cpu"):
-    "Load a file written by `save_verified`, checking its SHA-256; raise `CheckpointError` if it cannot be trusted."
-    path = Path(path)
-    side = path.with_name(path.name + ".sha256")
-    if side.exists():
-        expected, actual = side.read_text().strip(), _sha256_file(path)
-        if expected != actual:
-            raise CheckpointError(f"{path}: SHA-256 mismatch (file is truncated or corrupt): "
-                                  f"expected {expected[:12]}…, found {actual[:12]}…")
-    elif require_checksum:
-        raise CheckpointError(f"{path}: no {side.name} beside it (the write did not finish)")
-    try:
-        return torch.load(path, map_location=map_location, weights_only=True)
-    except Exception as e:  # an unreadable zip or pickle, whatever the exact exception type
-        raise CheckpointError(f"{path}: unreadable ({type(e).__name__}: {e})") from e
-
-# %% ../nbs/05_train.ipynb #c6c5b8b9
-def rng_state() -> dict:
-    "The states of Python's and torch's random generators."
-    state = {"python": random.getstate(), "torch": torch.get_rng_state()}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def set_rng_state(state: dict) -> None:
-    "Restore generator states saved by `rng_state`."
-    random.setstate(state["python"])
-    torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-
-# %% ../nbs/05_train.ipynb #47d3ff22
-class ConfigMismatchError(ValueError):
-    "A run directory holds a run with a different configuration."
-
-
-def write_or_check_config(run_dir: Path | str, record: dict, write: bool = True) -> None:
-    "Store `record` as `run_dir/config.json`, or check it against the one stored there."
-    path = Path(run_dir) / "config.json"
-    if path.exists():
-        stored = json.loads(path.read_text())
-        diff = config_diff(stored, json.loads(json.dumps(record)))
-        if diff:
-            raise ConfigMismatchError(
-                f"{path} holds a run with a different configuration, so it cannot be resumed; differing fields "
-                f"(stored != requested): {'; '.join(diff)}. Use another run directory or restore these values.")
-    elif write:
-        atomic_write(path, lambda f: f.write(json.dumps(record, indent=1).encode()))
-
-
-def read_config(run_dir: Path | str) -> dict:
-    "The `config.json` record of a run directory."
-    path = Path(run_dir) / "config.json"
-    if not path.exists():
-        raise FileNotFoundError(f"{path} does not exist: {run_dir} is not a run directory")
-    return json.loads(path.read_text())
-
-# %% ../nbs/05_train.ipynb #ed9e2004
-class MetricsLog:
-    "Append-only `metrics.jsonl` of a run directory."
-    def __init__(self, run_dir: Path | str):
-        self.path = Path(run_dir) / "metrics.jsonl"
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-
-    def write(self, **record) -> dict:
-        with open(self.path, "a") as f:
-            f.write(json.dumps(record) + "\n")
-        return record
-
-    def truncate(self, step: int) -> None:
-        "Drop the records of steps after `step` (and a torn last line)."
-        if not self.path.exists():
-            return
-        keep = [line for line in _json_lines(self.path) if line["step"] <= step]
-        atomic_write(self.path, lambda f: f.write("".join(json.dumps(r) + "\n" for r in keep).encode()))
-
-
-def _json_lines(path: Path) -> list[dict]:
-    out = []
-    for line in path.read_text().splitlines():
-        with contextlib.suppress(json.JSONDecodeError):  # a line torn by a kill mid-write
-            out.append(json.loads(line))
-    return out
-
-
-def read_metrics(run_dir: Path | str, kind: str | None = None) -> pd.DataFrame:
-    "The metrics of a run as a DataFrame (one row per record; `kind` selects train/eval/snapshot/stage)."
-    path = Path(run_dir) / "metrics.jsonl"
-    if not path.exists():
-        raise FileNotFoundError(f"{path} does not exist: no metrics in {run_dir}")
-    return pd.DataFrame([r for r in _json_lines(path) if kind is None or r.get("kind") == kind])
-
-
-def mark_done(run_dir: Path | str, **info) -> None:
-    "Write the `DONE` marker (last file of a finished run)."
-    atomic_write(Path(run_dir) / "DONE", lambda f: f.write(json.dumps(dict(finished=time.time(), **info)).encode()))
-
-
-def is_done(run_dir: Path | str) -> bool:
-    "Whether the run in `run_dir` has finished."
-    return (Path(run_dir) / "DONE").exists()
-
-# %% ../nbs/05_train.ipynb #bb924d0b
-KEEP_CHECKPOINTS = 2  # rotating full checkpoints kept per run
-
-
-def _step_name(step: int) -> str:
-    return f"step_{step:08d}.pt"
-
-
-def snapshot_steps(steps: int, n: int, first: int = 1) -> list[int]:
-    "`n` log-spaced steps from `first` to `steps` (rounded, distinct, sorted; `steps` included)."
-    if n <= 0:
-        return []
-    first = min(max(1, first), steps)
-    if n == 1:
-        return [steps]
-    return sorted({round(first * (steps / first) ** (i / (n - 1))) for i in range(n)})
-
-
-def save_checkpoint(run_dir: Path | str, state: dict, keep: int = KEEP_CHECKPOINTS) -> Path:
-    "Write `state` (with a `step`) to `run_dir/checkpoints/`, then delete all but the newest `keep`."
-    folder = Path(run_dir) / "checkpoints"
-    path = save_verified(state, folder / _step_name(state["step"]))
-    for old in sorted(folder.glob("step_*.pt"), reverse=True)[keep:]:
-        old.unlink(missing_ok=True)
-        old.with_name(old.name + ".sha256").unlink(missing_ok=True)
-    return path
-
-
-def latest_checkpoint(run_dir: Path | str, log=print) -> tuple[Path | None, dict | None]:
-    "The newest checkpoint of `run_dir` that loads and verifies, as (path, state); corrupt ones are reported and skipped."
-    folder = Path(run_dir) / "checkpoints"
-    for path in sorted(folder.glob("step_*.pt"), reverse=True):
-        try:
-            return path, load_verified(path)
-        except CheckpointError as e:
-            log(f"skipping checkpoint: {e}")
-            warnings.warn(f"skipping checkpoint: {e}", stacklevel=2)
-    return None, None
-
-
-def save_weights(path: Path | str, model: DecoderLM, step: int, **extra) -> Path:
-    "Save `model`'s weights and config (what `load_model` reads) atomically."
-    return save_verified(dict(model_config=to_dict(model.cfg), model=model.state_dict(), step=step, **extra), path)
-
-# %% ../nbs/05_train.ipynb #0d7d30ec
-def _model_from_state(state: dict) -> DecoderLM:
-    from depthnb.config import ModelConfig
-    if "model_config" in state:
-        cfg = from_dict(ModelConfig, state["model_config"])
-    else:  # a full checkpoint: the model config is part of the run config
-        cfg = from_dict(ModelConfig, state["config"]["model"])
-    model = DecoderLM(cfg)
-    model.load_state_dict(state["model"])
-    return model
-
-
-def load_model(path: Path | str, device: str | torch.device = "cpu") -> DecoderLM:
-    "A `DecoderLM` from a run directory, a snapshot, `final.pt` or a checkpoint, in eval mode."
-    path = Path(path)
-    if path.is_dir():
-        if (path / "final.pt").exists():
-            path = path / "final.pt"
-        else:
-            ckpt, state = latest_checkpoint(path)
-            if state is None:
-                raise FileNotFoundError(f"{path} has neither final.pt nor a valid checkpoint")
-            return _model_from_state(state).to(device).eval()
-    if not path.exists():
-        raise FileNotFoundError(f"{path} does not exist")
-    return _model_from_state(load_verified(path, require_checksum=False)).to(device).eval()
-
 # %% ../nbs/05_train.ipynb #2c57c7e3
 @torch.no_grad()
 def lm_loss(model: DecoderLM, blocks, n_sequences: int, batch_size: int, device: torch.device,
@@ -499,6 +276,11 @@ def _micro_batch_size(config: PretrainConfig, world: int) -> int:
     return micro
 
 # %% ../nbs/05_train.ipynb #285e83c1
+def pretrain_record(config: PretrainConfig, start_step: int, stop_step: int) -> dict:
+    "The `config.json` record of a pretraining run (or stage) over global steps [start_step, stop_step)."
+    return dict(kind="pretrain", config=to_dict(config), start_step=start_step, stop_step=stop_step)
+
+
 def pretrain(config: PretrainConfig, run_dir: Path | str, *, init_model: DecoderLM | None = None,
              init_optimizer_state: dict | None = None, start_step: int = 0, stop_step: int | None = None,
              data=None, progress: bool = True, log=print) -> DecoderLM:
@@ -509,8 +291,7 @@ def pretrain(config: PretrainConfig, run_dir: Path | str, *, init_model: Decoder
     run_dir = Path(run_dir)
     info = init_distributed(config.device)
     say = log if info.main else (lambda *a, **k: None)
-    write_or_check_config(run_dir, dict(kind="pretrain", config=to_dict(config), start_step=start_step,
-                                        stop_step=stop), write=info.main)
+    write_or_check_config(run_dir, pretrain_record(config, start_step, stop), write=info.main)
     if info.world > 1:
         dist.barrier()
     if is_done(run_dir):
@@ -521,7 +302,6 @@ def pretrain(config: PretrainConfig, run_dir: Path | str, *, init_model: Decoder
     configure_backends(device, config.tf32)
     precision = lambda: autocast(device, config.bf16)
     if data is None:
-        from depthnb.data import prepare_pretraining
         data = prepare_pretraining(config.data, config.model.n_ctx, progress=progress and info.main, log=say)
     micro = _micro_batch_size(config, info.world)
 
@@ -599,7 +379,7 @@ def _train_loop(config, run_dir, model, train_model, optimizer, data, loop: _Loo
                 if info.main:
                     metrics.write(kind="eval", step=step, split=name, loss=val, ppl=math.exp(min(val, 700)))
         if step in snaps and info.main:
-            rel = Path("snapshots") / _step_name(step)
+            rel = Path("snapshots") / step_file(step)
             save_weights(run_dir / rel, model, step=step)
             metrics.write(kind="snapshot", step=step, path=str(rel))
         if step % config.ckpt_every == 0 or step == loop.stop:
@@ -613,46 +393,13 @@ def _train_loop(config, run_dir, model, train_model, optimizer, data, loop: _Loo
     bar.close()
 
 # %% ../nbs/05_train.ipynb #5e11cede
-def _preset(preset: Preset | str) -> Preset:
-    return preset if isinstance(preset, Preset) else load_preset(preset)
-
-
-def preset_size_class(preset: Preset | str, name: str | None = None):
-    "The `SizeClass` of `preset` called `name` (default: its first)."
-    classes = [resolve_size_class(s) for s in _preset(preset).size_classes]
-    if name is None:
-        return classes[0]
-    for sc in classes:
-        if sc.name == name:
-            return sc
-    raise KeyError(f"size class {name!r} is not in preset {_preset(preset).name!r}; valid: {[c.name for c in classes]}")
-
-
-def _size_class(preset: Preset, spec):
-    "A size class given by object, dict, or name (the preset's own classes first, then `SIZE_CLASSES`)."
-    if isinstance(spec, str) and spec in [resolve_size_class(s).name for s in preset.size_classes]:
-        return preset_size_class(preset, spec)
-    return resolve_size_class(spec)
-
-
-def preset_depths(preset: Preset | str, size_class) -> tuple[int, ...]:
-    "The depths a preset trains for `size_class` (its `depths` entry, else the class's own)."
-    sc = _size_class(_preset(preset), size_class)
-    return tuple(_preset(preset).depths.get(sc.name, sc.depths))
-
-
 def pretrain_config(preset: Preset | str, size_class, n_layers: int, seed: int = 0) -> PretrainConfig:
     "The `PretrainConfig` of the `n_layers`-deep model of `size_class` in `preset`, with `seed`."
-    p = _preset(preset)
+    p = get_preset(preset)
     pc = p.pretrain
-    model = replace(model_config(_size_class(p, size_class), n_layers, base=pc.model), n_vocab=pc.data.vocab_size)
+    model = replace(model_config(preset_size_class(p, size_class), n_layers, base=pc.model), n_vocab=pc.data.vocab_size)
     return replace(pc, model=model, seed=seed, device=pc.device if pc.device != "auto" else p.device)
 
-
-def pretrain_run_dir(preset: Preset | str, size_class, n_layers: int, seed: int = 0) -> Path:
-    "`<runs_dir>/<preset>/pretrain/<class>/L<n_layers>_s<seed>`."
-    p = _preset(preset)
-    return Path(p.runs_dir) / p.name / "pretrain" / _size_class(p, size_class).name / f"L{n_layers}_s{seed}"
 
 # %% ../nbs/05_train.ipynb #fe2a1274
 def run_parallel(fn, jobs: list[dict], workers: int = 1, threads: int = 1, log=print) -> list:
@@ -726,39 +473,48 @@ def step_latency(size_class, depths=None, *, base: PretrainConfig | None = None,
     return pd.DataFrame(rows)
 
 # %% ../nbs/05_train.ipynb #2fb08360
-def _int_list(text: str | None, default) -> tuple[int, ...]:
-    return tuple(default) if not text else tuple(int(x) for x in text.split(","))
+def pretrain_selection(args) -> list[tuple[PretrainConfig, Path]]:
+    "The (config, run directory) of each run that parsed `depthnb pretrain` arguments select; `UsageError` if one is bad."
+    preset = preset_from_args(args)
+    try:
+        sc = preset_size_class(preset, args.size_class)
+    except KeyError as e:
+        raise UsageError(f"--size-class: {e.args[0]}") from None
+    depths = int_list(args.layers, "--layers", preset_depths(preset, sc), lo=1)
+    seeds = int_list(args.seeds, "--seeds", preset.seeds)
+    if args.run_dir and len(depths) * len(seeds) != 1:
+        raise UsageError(f"--run-dir needs exactly one run, but {len(depths) * len(seeds)} were selected "
+                         "(use --layers N --seeds S)")
+    runs = []
+    for n in depths:
+        try:
+            configs = [pretrain_config(preset, sc, n, seed) for seed in seeds]
+        except ValueError as e:
+            raise UsageError(f"--layers {n}: {e}") from None
+        runs += [(cfg, Path(args.run_dir) if args.run_dir else pretrain_run_dir(preset, sc, n, cfg.seed)) for cfg in configs]
+    return runs
 
 
 def cli_pretrain(argv: list[str] | None = None) -> int:
     "depthnb pretrain [--preset P] [--set KEY=VALUE ...] [--size-class C] [--layers N,..] [--seeds S,..] [--run-dir D]"
-    ap = argparse.ArgumentParser(prog="depthnb pretrain", description="Pretrain models of a preset's depth "
-                                 "family; finished runs are skipped, interrupted ones resume.")
-    add_preset_args(ap)
+    ap = CommandParser("depthnb pretrain", "Pretrain models of a preset's depth family; finished runs are skipped, "
+                       "interrupted ones resume.")
     ap.add_argument("--size-class", default=None, help="one of the preset's size classes (default: its first)")
     ap.add_argument("--layers", default=None, help="comma-separated depths (default: all of the class)")
     ap.add_argument("--seeds", default=None, help="comma-separated seeds (default: the preset's)")
     ap.add_argument("--run-dir", default=None, help="run directory (a single run only; default: "
                     "<runs_dir>/<preset>/pretrain/<class>/L<n>_s<seed>)")
     ap.add_argument("--no-progress", action="store_true", help="no progress bar")
-    args = ap.parse_args(argv)
-    preset = preset_from_args(args)
-    sc = preset_size_class(preset, args.size_class)
-    jobs = [(n, s) for n in _int_list(args.layers, preset_depths(preset, sc)) for s in _int_list(args.seeds, preset.seeds)]
-    if args.run_dir and len(jobs) != 1:
-        ap.error(f"--run-dir needs exactly one run, but {len(jobs)} were selected (use --layers N --seeds S)")
-    for n, seed in jobs:
-        cfg = pretrain_config(preset, sc, n, seed)
-        run_dir = Path(args.run_dir) if args.run_dir else pretrain_run_dir(preset, sc, n, seed)
-        try:
-            write_or_check_config(run_dir, dict(kind="pretrain", config=to_dict(cfg), start_step=0, stop_step=cfg.steps),
-                                  write=False)
+
+    def command(args) -> int:
+        runs = pretrain_selection(args)
+        for cfg, run_dir in runs:  # a changed config is refused before anything trains
+            write_or_check_config(run_dir, pretrain_record(cfg, 0, cfg.steps), write=False)
+        for cfg, run_dir in runs:
             if is_done(run_dir):
                 print(f"{run_dir}: already finished; nothing to do")
                 continue
             pretrain(cfg, run_dir, progress=not args.no_progress)
-        except (ConfigMismatchError, NonFiniteLossError, ValueError) as e:
-            print(f"depthnb pretrain: {e}", file=sys.stderr)
-            return 1
-        print(f"{run_dir}: done")
-    return 0
+            print(f"{run_dir}: done")
+        return 0
+    return ap.run(command, argv)

@@ -16,9 +16,9 @@ from depthnb.analysis import (collect_metrics, common_loss_threshold, cumulative
                               marchenko_pastur_spectrum, paper_table3, rank_fraction, rank_profiles, rank_summary, read_eval,
                               relative_perplexity, runs_table, select_first_reaching, singular_spectrum, spectrum_auc,
                               summarize_seeds, table3, value_at_steps)
-from depthnb.config import ModelConfig
+from depthnb.config import SIZE_CLASSES, ModelConfig
 from depthnb.model import DecoderLM
-from depthnb.solver import SIZE_CLASSES, solve_d_ff
+from depthnb.solver import solve_d_ff
 
 SMALL = ModelConfig(d_model=32, d_attn=32, n_heads=4, d_ff=48, n_layers=3, n_vocab=97, n_ctx=64)
 
@@ -390,7 +390,7 @@ def test_isoplot_frame_join():
 
 def test_run_dir_readers(tmp_path):
     from depthnb.config import PretrainConfig, to_dict
-    from depthnb.train import save_weights
+    from depthnb.runs import save_weights
 
     dirs = []
     for n, ppls in ((1, [50.0, 40.0]), (2, [45.0, 35.0])):

@@ -17,7 +17,7 @@ import depthnb.finetune as ft  # noqa: E402
 from depthnb.config import FinetuneConfig, ModelConfig  # noqa: E402
 from depthnb.data import train_tokenizer  # noqa: E402
 from depthnb.model import DecoderLM  # noqa: E402
-from depthnb.train import is_done, latest_checkpoint, load_model, read_metrics  # noqa: E402
+from depthnb.runs import is_done, latest_checkpoint, load_model, read_metrics  # noqa: E402
 
 CFG = FinetuneConfig(steps=120, batch_size=16, lr=1e-2, warmup_steps=6, eval_every=40, eval_examples=64,
                      n_snapshots=2, eval_batch_size=64, max_new_tokens=48, device="cpu")

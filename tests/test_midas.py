@@ -290,9 +290,10 @@ from _stack_script import STACK_STEPS  # noqa: E402
 from _train_common import Crash, DataHook, small_config, small_data  # noqa: E402
 
 from depthnb.config import StackConfig, load_preset, override  # noqa: E402
-from depthnb.midas import (cli_stack, measured_speedup, stack_job, stack_pretrain_config, stack_run_dir,  # noqa: E402
-                           stack_stages, stack_train)
-from depthnb.train import is_done, latest_checkpoint, load_model, lr_at, read_metrics  # noqa: E402
+from depthnb.midas import (cli_stack, measured_speedup, stack_job, stack_pretrain_config, stack_stages,  # noqa: E402
+                           stack_train)
+from depthnb.runs import is_done, latest_checkpoint, load_model, read_metrics, stack_run_dir  # noqa: E402
+from depthnb.train import lr_at  # noqa: E402
 
 STACK_SCRIPT = Path(__file__).parent / "_stack_script.py"
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}

@@ -6,9 +6,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from depthnb.config import ModelConfig
+from depthnb.config import SIZE_CLASSES, ModelConfig
 from depthnb.model import DecoderLM, extra_params
-from depthnb.solver import SIZE_CLASSES, model_config, model_params
+from depthnb.solver import model_config, model_params
 
 SMALL = ModelConfig(d_model=32, d_attn=32, n_heads=4, d_ff=48, n_layers=3, n_vocab=97, n_ctx=64)
 

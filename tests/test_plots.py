@@ -16,13 +16,13 @@ import torch  # noqa: E402
 from depthnb.analysis import (common_loss_threshold, equal_loss_selection, equal_ppl_sweep, ffn_rank_curves,  # noqa: E402
                               ffn_rank_profile, isoplot_frame, layer_similarity, layer_update_similarity,
                               paper_table3, rank_summary)
-from depthnb.config import ModelConfig  # noqa: E402
+from depthnb.config import SIZE_CLASSES, ModelConfig  # noqa: E402
 from depthnb.model import DecoderLM  # noqa: E402
 from depthnb.plots import (caption, figure_equal_loss, figure_equal_perplexity, figure_generalization,  # noqa: E402
                            figure_generalization_types, figure_isoplots, figure_latency, figure_layer_similarity,
                            figure_perplexity, figure_rank, figure_rank_summary, figure_relative_perplexity,
                            save_figure)
-from depthnb.solver import SIZE_CLASSES, solve_d_ff  # noqa: E402
+from depthnb.solver import solve_d_ff  # noqa: E402
 
 SMALL = ModelConfig(d_model=32, d_attn=32, n_heads=4, d_ff=48, n_layers=3, n_vocab=97, n_ctx=64)
 

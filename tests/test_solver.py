@@ -2,8 +2,9 @@
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from depthnb.solver import (SIZE_CLASSES, TABLE2_D_FF, SizeClass, flops_per_token, max_depth, model_config,
-                            model_params, solve_d_ff, table2)
+from depthnb.config import SIZE_CLASSES, SizeClass
+from depthnb.solver import (TABLE2_D_FF, flops_per_token, max_depth, model_config, model_params, solve_d_ff,
+                            table2)
 
 paper_class = st.sampled_from(list(SIZE_CLASSES.values()))
 

@@ -15,8 +15,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _train_common import Crash, DataHook, small_config, small_data  # noqa: E402
 
 from depthnb.model import DecoderLM  # noqa: E402
-from depthnb.train import (ConfigMismatchError, NonFiniteLossError, is_done, latest_checkpoint,  # noqa: E402
-                           load_model, pretrain, read_metrics)
+from depthnb.runs import ConfigMismatchError, is_done, latest_checkpoint, load_model, read_metrics  # noqa: E402
+from depthnb.train import NonFiniteLossError, pretrain  # noqa: E402
 
 SCRIPT = Path(__file__).parent / "_pretrain_script.py"
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
