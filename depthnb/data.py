@@ -44,11 +44,11 @@ from .config import DataConfig, PRESETS, add_preset_args, check_choice, check_ra
 __all__ = ['RAW_URL', 'CORPORA', 'EVAL_SETS', 'PAD_ID', 'EOS_ID', 'UNK_ID', 'SEP_ID', 'SEP_PIECE', 'TOKENIZER_SETTINGS',
            'TEXT_VERSION', 'TASKS', 'GENERALIZATION_SPLIT', 'COGS_STRUCTURAL', 'COLUMNS', 'US_STATES', 'USA_ALIASES',
            'data_dir', 'cache_dir', 'default_mirror', 'DataFile', 'Dataset', 'registry', 'expand_parts', 'FetchError',
-           'sha256_file', 'check_file', 'is_verified', 'fetch_data', 'fetch_files', 'data_path', 'pretraining_texts',
-           'Tokenizer', 'load_tokenizer', 'tokenizer_key', 'train_tokenizer', 'token_dtype', 'meta_path', 'pack_tokens',
-           'read_tokens', 'TokenBlocks', 'PretrainingData', 'prepare_pretraining', 'TaskFormatError', 'read_tsv',
-           'load_tsv_task', 'normalize_funql', 'space_funql', 'anonymize_geoquery', 'geoquery_example', 'load_task',
-           'petty_table1', 'task_token_report', 'cli_data']
+           'sha256_file', 'check_file', 'is_verified', 'CacheError', 'fetch_data', 'fetch_files', 'data_path',
+           'pretraining_texts', 'Tokenizer', 'load_tokenizer', 'tokenizer_key', 'train_tokenizer', 'token_dtype',
+           'meta_path', 'pack_tokens', 'read_tokens', 'TokenBlocks', 'PretrainingData', 'prepare_pretraining',
+           'TaskFormatError', 'read_tsv', 'load_tsv_task', 'normalize_funql', 'space_funql', 'anonymize_geoquery',
+           'geoquery_example', 'load_task', 'petty_table1', 'task_token_report', 'cli_data']
 
 # %% ../nbs/03_data.ipynb #9adc6803
 RAW_URL = "https://raw.githubusercontent.com/{repo}/{commit}/{path}"  # canonical download location
@@ -218,6 +218,62 @@ def is_verified(entry: DataFile) -> bool:
     "Whether the cached copy of `entry` was verified and has not changed since."
     return entry.cached.exists() and _read_stamps().get(entry.file) == _stamp_of(entry)
 
+# %% ../nbs/03_data.ipynb #8f3d6a1e
+class CacheError(ValueError):
+    "A cache file does not match its record and cannot be rebuilt where it was found; the message says how to."
+
+
+def _notice(msg: str) -> None:
+    "One line on stderr, shown even with `log=None`: a cache is never rebuilt silently."
+    print(f"depthnb: {msg}", file=sys.stderr)
+
+
+def _read_json(path: Path) -> dict:
+    "A JSON record, or {} when it is missing or unreadable."
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _record(path: Path, sha256: str | None = None) -> dict:
+    "The record of a cache file: its name (relative to the record beside it), size, mtime and sha256."
+    st = path.stat()
+    return dict(file=path.name, size=st.st_size, mtime_ns=st.st_mtime_ns, sha256=sha256 or sha256_file(path))
+
+
+def _verify_record(path: Path, record: dict, rehash: bool = False) -> tuple[str | None, dict]:
+    """(None, the record to keep) if `path` matches `record`, else (what differs, `record`). The size is compared
+    always, the sha256 when `rehash` or the mtime differs from the record's; fields a record lacks (caches written
+    before records) are filled in from the file."""
+    if not path.exists():
+        return "the file is missing", record
+    st = path.stat()
+    if "size" in record and st.st_size != record["size"]:
+        return f"{st.st_size:,} bytes where its record says {record['size']:,}", record
+    if not rehash and "sha256" in record and record.get("mtime_ns") == st.st_mtime_ns:
+        return None, record
+    got = sha256_file(path)
+    if record.get("sha256", got) != got:
+        return f"sha256 {got[:12]}… where its record says {record['sha256'][:12]}…", record
+    return None, {**record, **_record(path, got)}
+
+
+def _keep_record(meta_file: Path, meta: dict, record: dict) -> None:
+    "Store a refreshed record in `meta_file`; best effort: a read-only cache still works (it is re-hashed next time)."
+    if meta.get("record") != record:
+        with contextlib.suppress(OSError):
+            _atomic_write_text(meta_file, json.dumps({**meta, "record": record}, indent=1))
+
+
+def _cache_relative(path: Path) -> str:
+    "`path` relative to the cache when it lies inside it (a moved checkout still finds it), else absolute."
+    path = Path(path).resolve()
+    try:
+        return str(path.relative_to(cache_dir().resolve()))
+    except ValueError:
+        return str(path)
+
 # %% ../nbs/03_data.ipynb #a75d7e93
 def _download(url: str, dest: Path, progress: bool = True, desc: str = "") -> None:
     "Download `url` to `dest`; HTTP and network errors name the URL."
@@ -319,8 +375,9 @@ def fetch_files(entries: Iterable[DataFile], mirror: str | Path | None = None, v
             log(f"{entry.file}: {status}")
     if failures:
         where = f"mirror {mirror}" if mirror else "the canonical sources"
-        raise FetchError(f"{len(failures)} of {len(failures) + len(out)} files failed (from {where}):\n  "
-                         + "\n  ".join(failures))
+        sep = "\n  " if len(failures) > 1 else " "  # one failure, one line
+        raise FetchError(f"{len(failures)} of {len(failures) + len(out)} files failed (from {where}):{sep}"
+                         + sep.join(failures))
     return out
 
 
@@ -330,9 +387,11 @@ def _fetch_one(entry: DataFile, mirror: Path | None, verify: bool, progress: boo
     if dest.exists():
         if not verify and is_verified(entry):
             return "cached (verified before)"
-        if check_file(entry, dest) is None:
+        problem = check_file(entry, dest)
+        if problem is None:
             _write_stamp(entry)
             return "cached, sha256 verified"
+        _notice(f"{dest} does not match the registry ({problem}); fetching it again")
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
     try:
@@ -344,11 +403,16 @@ def _fetch_one(entry: DataFile, mirror: Path | None, verify: bool, progress: boo
             _copy_with_progress(src, tmp, progress, entry.file)
             origin = f"copied from {src}"
         else:
-            _fetch_online(entry, tmp, progress)
+            try:
+                _fetch_online(entry, tmp, progress)
+            except FetchError as e:
+                raise FetchError(f"{e}; or set DEPTHNB_DATA_MIRROR to a folder holding {entry.file}") from None
             origin = f"downloaded from {entry.url}"
         problem = check_file(entry, tmp)
         if problem:
-            raise FetchError(f"{problem} ({origin})")
+            remedy = (f"replace that copy, or set DEPTHNB_DATA_MIRROR=none to download it from {entry.url}"
+                      if mirror is not None else "retry, or set DEPTHNB_DATA_MIRROR to a folder with a verified copy")
+            raise FetchError(f"{problem} ({origin}); {remedy}")
         os.replace(tmp, dest)
     finally:
         tmp.unlink(missing_ok=True)
@@ -533,13 +597,23 @@ class Tokenizer:
 
 
 def load_tokenizer(path: str | Path) -> Tokenizer:
-    "Load a tokenizer saved by `train_tokenizer` (the `.model` file or its folder)."
+    "Load a tokenizer saved by `train_tokenizer` (the `.model` file or its folder), checked against its record."
     path = Path(path)
     if path.is_dir():
         path = path / "spm.model"
+    if not path.exists() and path.parent.parent.name == "tokenizers":  # recorded by a checkout that has moved
+        path = cache_dir() / "tokenizers" / path.parent.name / path.name
     if not path.exists():
         raise FileNotFoundError(f"no SentencePiece model at {path}")
-    return Tokenizer(path)
+    meta = _read_json(path.parent / "meta.json")
+    if path.name != "spm.model" or "record" not in meta:  # not from the cache, or cached before records
+        return Tokenizer(path)
+    tok, problem = _cached_tokenizer(path.parent)
+    if tok is None:
+        cfg = (f"DataConfig(corpus={meta.get('corpus')!r}, vocab_size={meta.get('vocab_size')}, tokenizer_docs="
+               f"{meta.get('tokenizer_docs')}, tokenizer_max_sentence_length={meta.get('max_sentence_length')})")
+        raise CacheError(f"{path} does not match its record ({problem}); not used: train_tokenizer({cfg}) retrains it")
+    return tok
 
 # %% ../nbs/03_data.ipynb #449e1c71
 TOKENIZER_SETTINGS = dict(model_type="unigram", pad_id=PAD_ID, eos_id=EOS_ID, unk_id=UNK_ID, bos_id=-1,
@@ -574,12 +648,42 @@ def _lines(docs: Iterable[str]) -> Iterator[str]:
 def train_tokenizer(data_cfg: DataConfig, num_threads: int | None = None, log=print) -> Tokenizer:
     "Train (or load from the cache) the SentencePiece unigram tokenizer `data_cfg` describes."
     folder = cache_dir() / "tokenizers" / tokenizer_key(data_cfg)
-    if (folder / "spm.model").exists():
-        return load_tokenizer(folder)
-    with _locked(folder / ".lock"):  # another process may be training the same tokenizer
-        if not (folder / "spm.model").exists():
+    tok, _ = _cached_tokenizer(folder)
+    if tok is not None:
+        return tok
+    with _locked(folder / ".lock"):  # another process may be training (or checking) the same tokenizer
+        tok, problem = _cached_tokenizer(folder, adopt=True)
+        if tok is None:
+            old = _read_json(folder / "meta.json").get("record", {}).get("sha256")
+            if problem:
+                _notice(f"{folder / 'spm.model'} does not match its record ({problem}); retraining it")
             _train_tokenizer(data_cfg, folder, num_threads, log)
-    return load_tokenizer(folder)
+            tok = load_tokenizer(folder)
+            if problem and old and not old.startswith(tok.fingerprint):  # another core count trains another model
+                _notice(f"the retrained {folder / 'spm.model'} differs from the recorded one (fingerprint "
+                        f"{old[:16]} -> {tok.fingerprint}): runs trained with the old one cannot use it")
+    return tok
+
+
+def _cached_tokenizer(folder: Path, adopt: bool = False) -> tuple[Tokenizer | None, str | None]:
+    """The tokenizer cached in `folder` if it matches its record, else (None, why not); (None, None) when there is
+    none. Size and sha256 are checked on every load: the model is small and is read whole anyway. `adopt`: a
+    model cached before records existed gets one if it loads."""
+    model, meta_file = folder / "spm.model", folder / "meta.json"
+    if not model.exists():
+        return None, None
+    meta = _read_json(meta_file)
+    if "record" not in meta and not adopt:
+        return None, "it has no record"
+    problem, record = _verify_record(model, meta.get("record", {}), rehash=True)
+    if problem is None:
+        try:
+            tok = Tokenizer(model)
+        except (RuntimeError, ValueError):
+            return None, "it does not load as a SentencePiece model with depthnb's special ids"
+        _keep_record(meta_file, meta, record)
+        return tok, None
+    return None, problem
 
 
 def _train_tokenizer(data_cfg: DataConfig, folder: Path, num_threads: int | None, log) -> None:
@@ -598,7 +702,8 @@ def _train_tokenizer(data_cfg: DataConfig, folder: Path, num_threads: int | None
     _atomic_write_text(folder / "meta.json", json.dumps(dict(
         corpus=data_cfg.corpus, tokenizer_docs=data_cfg.tokenizer_docs, vocab_size=data_cfg.vocab_size,
         max_sentence_length=data_cfg.tokenizer_max_sentence_length, settings=TOKENIZER_SETTINGS,
-        inputs=_corpus_inputs(data_cfg.corpus, "train"), train_seconds=round(seconds, 2)), indent=1))
+        inputs=_corpus_inputs(data_cfg.corpus, "train"), train_seconds=round(seconds, 2),
+        record=_record(folder / "spm.model", hashlib.sha256(model.getvalue()).hexdigest())), indent=1))
     if log:
         log(f"trained a {data_cfg.vocab_size}-piece tokenizer on {data_cfg.tokenizer_docs} {data_cfg.corpus} "
             f"documents in {seconds:.1f} s -> {folder}")
@@ -646,17 +751,39 @@ def _shards(texts: Iterable[str], shard_docs: int) -> Iterator[tuple[int, list[s
 # %% ../nbs/03_data.ipynb #e1efbe08
 def pack_tokens(texts: Iterable[str], tokenizer: Tokenizer, path: str | Path, shard_docs: int = 1000,
                 workers: int | None = None, total_docs: int | None = None, progress: bool = True,
-                desc: str = "packing") -> Path:
-    "Tokenize `texts` into the memory-mappable token file `path` (EOS after each document); resumable."
+                desc: str = "packing", verify: bool = False) -> Path:
+    "Tokenize `texts` into the memory-mappable token file `path` (EOS after each document); resumable, checked."
     path = Path(path)
-    if path.exists() and meta_path(path).exists():
+    if _tokens_problem(path, rehash=verify) is None:
         return path
     check_range("shard_docs", shard_docs, lo=1)
     path.parent.mkdir(parents=True, exist_ok=True)
     with _locked(Path(str(path) + ".lock")):  # another process may be packing the same file
-        if not (path.exists() and meta_path(path).exists()):
+        problem = _tokens_problem(path, rehash=verify)
+        if problem is not None:
+            if path.exists() or meta_path(path).exists():
+                _notice(f"{path} does not match its record ({problem}); rebuilding it")
+                path.unlink(missing_ok=True)
+                meta_path(path).unlink(missing_ok=True)
             _pack(texts, tokenizer, path, shard_docs, workers, total_docs, progress, desc)
     return path
+
+
+def _tokens_problem(path: Path, rehash: bool = False) -> str | None:
+    """None if the packed file `path` matches its sidecar, else why not. The size (`n_tokens` x itemsize) is checked
+    always; the sha256, recorded when the file was assembled, only when the file's mtime changed or `rehash`:
+    hashing gigabytes on every open would cost more than the runs that open them."""
+    meta = _read_json(meta_path(path))
+    if not meta:
+        return f"its record {meta_path(path).name} is missing or unreadable" if path.exists() else "the file is missing"
+    try:
+        size = int(meta["n_tokens"]) * np.dtype(meta["dtype"]).itemsize
+    except (KeyError, TypeError, ValueError):
+        return f"its record {meta_path(path).name} has no n_tokens and dtype"
+    problem, record = _verify_record(path, {**meta.get("record", {"file": path.name}), "size": size}, rehash)
+    if problem is None:
+        _keep_record(meta_path(path), meta, record)
+    return problem
 
 
 def _pack(texts, tokenizer, path, shard_docs, workers, total_docs, progress, desc) -> None:
@@ -674,9 +801,14 @@ def _pack(texts, tokenizer, path, shard_docs, workers, total_docs, progress, des
     bar = tqdm(total=total_docs, unit="doc", desc=desc, disable=not progress, leave=False)
     bar.update(sum(d["docs"] for d in done.values()))
 
+    def finished(index: int) -> bool:  # recorded, and of the recorded size
+        shard = parts / f"{index:06d}.bin"
+        return (str(index) in done and shard.exists()
+                and shard.stat().st_size == done[str(index)]["tokens"] * np.dtype(dtype).itemsize)
+
     def todo():
         for index, docs in _shards(texts, shard_docs):
-            if str(index) not in done or not (parts / f"{index:06d}.bin").exists():
+            if not finished(index):
                 yield index, docs
 
     workers = workers or os.cpu_count() or 1
@@ -713,21 +845,32 @@ def _pack(texts, tokenizer, path, shard_docs, workers, total_docs, progress, des
     seconds = time.time() - t0
     order = sorted(done, key=int)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    digest = hashlib.sha256()  # hashed while assembled: the record costs no second read of the file
     with open(tmp, "wb") as out:
         for index in order:
             with open(parts / f"{int(index):06d}.bin", "rb") as f:
-                shutil.copyfileobj(f, out)
+                while chunk := f.read(1 << 22):
+                    digest.update(chunk)
+                    out.write(chunk)
     n_tokens = sum(done[i]["tokens"] for i in order)
     meta = dict(dtype=np.dtype(dtype).name, n_tokens=n_tokens, n_docs=sum(done[i]["docs"] for i in order),
                 vocab_size=tokenizer.vocab_size, eos_id=tokenizer.eos_id, tokenizer=tokenizer.fingerprint,
-                tokenizer_path=str(tokenizer.path), seconds=round(seconds, 3), new_tokens=n_new)
+                tokenizer_path=_cache_relative(tokenizer.path) if tokenizer.path else None,
+                seconds=round(seconds, 3), new_tokens=n_new)
     os.replace(tmp, path)
+    meta["record"] = _record(path, digest.hexdigest())
     _atomic_write_text(meta_path(path), json.dumps(meta, indent=1))
     shutil.rmtree(parts)
 
 
 def read_tokens(path: str | Path) -> np.memmap:
-    "The packed token array of `path`, memory-mapped read-only."
+    "The packed token array of `path`, memory-mapped read-only, once it matches its record."
+    path = Path(path)
+    if not path.exists() and not meta_path(path).exists():
+        raise FileNotFoundError(f"{path}: no packed token file (pack_tokens or prepare_pretraining writes it)")
+    if (problem := _tokens_problem(path)) is not None:
+        raise CacheError(f"{path} does not match its record ({problem}); not used: pack_tokens or prepare_pretraining "
+                         "(CLI: depthnb data --prepare --preset P) rebuilds it")
     meta = json.loads(meta_path(path).read_text())
     return np.memmap(path, dtype=meta["dtype"], mode="r", shape=(meta["n_tokens"],))
 
@@ -809,20 +952,25 @@ class PretrainingData:
         return pd.DataFrame(rows).set_index("split")
 
 
-def _packed(tokenizer: Tokenizer, corpus: str, split: str, limit: int | None, progress: bool) -> Path:
-    "Pack (or find in the cache) one corpus split."
+def _packed(tokenizer: Tokenizer, corpus: str, split: str, limit: int | None, progress: bool,
+            verify: bool = False) -> Path:
+    "Pack (or find in the cache, checked against its record) one corpus split."
     key = hashlib.sha256(json.dumps([_corpus_inputs(corpus, split), limit, TEXT_VERSION]).encode()).hexdigest()[:8]
     path = cache_dir() / "tokens" / tokenizer.fingerprint / f"{corpus}_{split}_{limit or 'all'}_{key}.bin"
-    if path.exists() and meta_path(path).exists():
+    if _tokens_problem(path, rehash=verify) is None:
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
-    return pack_tokens(pretraining_texts(corpus, split, limit=limit), tokenizer, path, total_docs=limit,
-                       progress=progress, desc=f"{corpus} {split}")
+
+    def texts():  # opened lazily, so a rebuild's notice comes before any fetch of the corpus
+        yield from pretraining_texts(corpus, split, limit=limit)
+
+    return pack_tokens(texts(), tokenizer, path, total_docs=limit, progress=progress, desc=f"{corpus} {split}",
+                       verify=verify)
 
 
 def prepare_pretraining(data_cfg: DataConfig, n_ctx: int, seed: int = 0, progress: bool = True,
-                        log=print) -> PretrainingData:
-    "Tokenizer, packed training blocks and evaluation blocks for `data_cfg`, all cached."
+                        log=print, verify: bool = False) -> PretrainingData:
+    "Tokenizer, packed training blocks and evaluation blocks for `data_cfg`, all cached (`verify`: re-hash them)."
     unknown = [e for e in data_cfg.eval_sets if e not in EVAL_SETS]
     if unknown:
         raise ValueError(f"DataConfig.eval_sets: unknown {unknown}; valid: {', '.join(EVAL_SETS)}")
@@ -831,8 +979,9 @@ def prepare_pretraining(data_cfg: DataConfig, n_ctx: int, seed: int = 0, progres
                          "not packed whole; set max_train_docs")
     t0 = time.time()
     tokenizer = train_tokenizer(data_cfg, log=log)
-    train = TokenBlocks(_packed(tokenizer, data_cfg.corpus, "train", data_cfg.max_train_docs, progress), n_ctx, seed)
-    evals = {name: TokenBlocks(_packed(tokenizer, *EVAL_SETS[name], None, progress), n_ctx, seed)
+    train = TokenBlocks(_packed(tokenizer, data_cfg.corpus, "train", data_cfg.max_train_docs, progress, verify),
+                        n_ctx, seed)
+    evals = {name: TokenBlocks(_packed(tokenizer, *EVAL_SETS[name], None, progress, verify), n_ctx, seed)
              for name in data_cfg.eval_sets}
     if log and time.time() - t0 > 1:
         log(f"pretraining data ready in {time.time() - t0:.1f} s: {train}")
@@ -1141,6 +1290,6 @@ def cli_data(argv: list[str] | None = None) -> int:
     print(f"depthnb data: {len(paths)} files verified")
     if args.prepare:
         p = preset_from_args(args)
-        data = prepare_pretraining(p.pretrain.data, p.pretrain.model.n_ctx)
+        data = prepare_pretraining(p.pretrain.data, p.pretrain.model.n_ctx, verify=True)
         print(data.summary().to_string())
     return 0
