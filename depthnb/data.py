@@ -33,22 +33,19 @@ import sentencepiece as spm
 import torch
 from tqdm import tqdm
 
-try:
-    import fcntl
-except ImportError:  # Windows: no cross-process locking
-    fcntl = None
 
-from .config import DataConfig, PRESETS, add_preset_args, check_choice, check_range, preset_from_args, repo_root
+from .config import DataConfig, add_preset_args, check_choice, check_range, preset_from_args, repo_root
+from .runs import atomic_write_text, file_lock, sha256_file
 
 # %% auto #0
 __all__ = ['RAW_URL', 'CORPORA', 'EVAL_SETS', 'PAD_ID', 'EOS_ID', 'UNK_ID', 'SEP_ID', 'SEP_PIECE', 'TOKENIZER_SETTINGS',
            'TEXT_VERSION', 'TASKS', 'GENERALIZATION_SPLIT', 'COGS_STRUCTURAL', 'COLUMNS', 'US_STATES', 'USA_ALIASES',
            'data_dir', 'cache_dir', 'default_mirror', 'DataFile', 'Dataset', 'registry', 'expand_parts', 'FetchError',
-           'sha256_file', 'check_file', 'is_verified', 'CacheError', 'fetch_data', 'fetch_files', 'data_path',
-           'pretraining_texts', 'Tokenizer', 'load_tokenizer', 'tokenizer_key', 'train_tokenizer', 'token_dtype',
-           'meta_path', 'pack_tokens', 'read_tokens', 'TokenBlocks', 'PretrainingData', 'prepare_pretraining',
-           'TaskFormatError', 'read_tsv', 'load_tsv_task', 'normalize_funql', 'space_funql', 'anonymize_geoquery',
-           'geoquery_example', 'load_task', 'petty_table1', 'task_token_report', 'cli_data']
+           'check_file', 'is_verified', 'CacheError', 'fetch_data', 'fetch_files', 'data_path', 'pretraining_texts',
+           'Tokenizer', 'load_tokenizer', 'tokenizer_key', 'train_tokenizer', 'token_dtype', 'meta_path', 'pack_tokens',
+           'read_tokens', 'TokenBlocks', 'PretrainingData', 'prepare_pretraining', 'TaskFormatError', 'read_tsv',
+           'load_tsv_task', 'normalize_funql', 'space_funql', 'anonymize_geoquery', 'geoquery_example', 'load_task',
+           'petty_table1', 'task_token_report', 'cli_data']
 
 # %% ../nbs/03_data.ipynb #9adc6803
 RAW_URL = "https://raw.githubusercontent.com/{repo}/{commit}/{path}"  # canonical download location
@@ -148,15 +145,6 @@ class FetchError(RuntimeError):
     "One or more registry files could not be fetched or verified; the message lists each file and why."
 
 
-def sha256_file(path: str | Path, decompress: bool = False) -> str:
-    "sha256 of a file's bytes (or of its gunzipped content)."
-    h = hashlib.sha256()
-    with (gzip.open(path, "rb") if decompress else open(path, "rb")) as f:
-        while chunk := f.read(1 << 22):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def check_file(entry: DataFile, path: str | Path) -> str | None:
     "None if `path` has `entry`'s checksum, else why not."
     got = sha256_file(path)
@@ -190,28 +178,7 @@ def _stamp_of(entry: DataFile) -> dict:
 def _write_stamp(entry: DataFile) -> None:
     stamps = _read_stamps()
     stamps[entry.file] = _stamp_of(entry)
-    _atomic_write_text(_stamps_path(), json.dumps(stamps, indent=1, sort_keys=True))
-
-
-@contextlib.contextmanager
-def _locked(path: Path):
-    "An exclusive lock on `path` (a lock file) while building what it guards, across processes."
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as f:
-        if fcntl is not None:
-            fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            if fcntl is not None:
-                fcntl.flock(f, fcntl.LOCK_UN)
-
-
-def _atomic_write_text(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    atomic_write_text(_stamps_path(), json.dumps(stamps, indent=1, sort_keys=True))
 
 
 def is_verified(entry: DataFile) -> bool:
@@ -263,7 +230,7 @@ def _keep_record(meta_file: Path, meta: dict, record: dict) -> None:
     "Store a refreshed record in `meta_file`; best effort: a read-only cache still works (it is re-hashed next time)."
     if meta.get("record") != record:
         with contextlib.suppress(OSError):
-            _atomic_write_text(meta_file, json.dumps({**meta, "record": record}, indent=1))
+            atomic_write_text(meta_file, json.dumps({**meta, "record": record}, indent=1))
 
 
 def _cache_relative(path: Path) -> str:
@@ -651,7 +618,7 @@ def train_tokenizer(data_cfg: DataConfig, num_threads: int | None = None, log=pr
     tok, _ = _cached_tokenizer(folder)
     if tok is not None:
         return tok
-    with _locked(folder / ".lock"):  # another process may be training (or checking) the same tokenizer
+    with file_lock(folder / ".lock"):  # another process may be training (or checking) the same tokenizer
         tok, problem = _cached_tokenizer(folder, adopt=True)
         if tok is None:
             old = _read_json(folder / "meta.json").get("record", {}).get("sha256")
@@ -699,7 +666,7 @@ def _train_tokenizer(data_cfg: DataConfig, folder: Path, num_threads: int | None
     tmp = folder / f".spm.model.{os.getpid()}.tmp"
     tmp.write_bytes(model.getvalue())
     os.replace(tmp, folder / "spm.model")
-    _atomic_write_text(folder / "meta.json", json.dumps(dict(
+    atomic_write_text(folder / "meta.json", json.dumps(dict(
         corpus=data_cfg.corpus, tokenizer_docs=data_cfg.tokenizer_docs, vocab_size=data_cfg.vocab_size,
         max_sentence_length=data_cfg.tokenizer_max_sentence_length, settings=TOKENIZER_SETTINGS,
         inputs=_corpus_inputs(data_cfg.corpus, "train"), train_seconds=round(seconds, 2),
@@ -758,7 +725,7 @@ def pack_tokens(texts: Iterable[str], tokenizer: Tokenizer, path: str | Path, sh
         return path
     check_range("shard_docs", shard_docs, lo=1)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with _locked(Path(str(path) + ".lock")):  # another process may be packing the same file
+    with file_lock(Path(str(path) + ".lock")):  # another process may be packing the same file
         problem = _tokens_problem(path, rehash=verify)
         if problem is not None:
             if path.exists() or meta_path(path).exists():
@@ -795,7 +762,7 @@ def _pack(texts, tokenizer, path, shard_docs, workers, total_docs, progress, des
         shutil.rmtree(parts, ignore_errors=True)
         manifest = {**spec, "done": {}}
     parts.mkdir(parents=True, exist_ok=True)
-    _atomic_write_text(manifest_file, json.dumps(manifest))
+    atomic_write_text(manifest_file, json.dumps(manifest))
     done = manifest["done"]
     dtype = token_dtype(tokenizer.vocab_size)
     bar = tqdm(total=total_docs, unit="doc", desc=desc, disable=not progress, leave=False)
@@ -834,7 +801,7 @@ def _pack(texts, tokenizer, path, shard_docs, workers, total_docs, progress, des
             arr.tofile(shard.with_suffix(".tmp"))
             os.replace(shard.with_suffix(".tmp"), shard)
             done[str(index)] = {"docs": n_docs, "tokens": len(arr)}
-            _atomic_write_text(manifest_file, json.dumps(manifest))
+            atomic_write_text(manifest_file, json.dumps(manifest))
             n_new += len(arr)
             bar.update(n_docs)
             bar.set_postfix(tokens=f"{sum(d['tokens'] for d in done.values()):,}")
@@ -859,7 +826,7 @@ def _pack(texts, tokenizer, path, shard_docs, workers, total_docs, progress, des
                 seconds=round(seconds, 3), new_tokens=n_new)
     os.replace(tmp, path)
     meta["record"] = _record(path, digest.hexdigest())
-    _atomic_write_text(meta_path(path), json.dumps(meta, indent=1))
+    atomic_write_text(meta_path(path), json.dumps(meta, indent=1))
     shutil.rmtree(parts)
 
 

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import contextlib
+import gzip
 import hashlib
 import json
 import os
@@ -21,12 +22,17 @@ from .config import (ModelConfig, Preset, StackConfig, config_diff, from_dict, g
                             preset_size_class, to_dict)
 from .model import DecoderLM
 
+try:
+    import fcntl
+except ImportError:  # Windows: no cross-process locking
+    fcntl = None
+
 # %% auto #0
 __all__ = ['KEEP_CHECKPOINTS', 'pretrain_run_dir', 'finetune_run_dir', 'stack_run_name', 'stack_run_dir', 'CheckpointError',
-           'sha256_file', 'atomic_write', 'save_verified', 'load_verified', 'rng_state', 'set_rng_state',
-           'ConfigMismatchError', 'write_or_check_config', 'read_config', 'MetricsLog', 'json_lines', 'read_metrics',
-           'mark_done', 'is_done', 'step_file', 'snapshot_steps', 'save_checkpoint', 'latest_checkpoint',
-           'save_weights', 'model_from_state', 'load_model', 'source_run_dir']
+           'sha256_file', 'atomic_write', 'atomic_write_text', 'file_lock', 'save_verified', 'load_verified',
+           'rng_state', 'set_rng_state', 'ConfigMismatchError', 'write_or_check_config', 'read_config', 'MetricsLog',
+           'json_lines', 'read_metrics', 'mark_done', 'is_done', 'step_file', 'snapshot_steps', 'save_checkpoint',
+           'latest_checkpoint', 'save_weights', 'model_from_state', 'load_model', 'source_run_dir']
 
 # %% ../nbs/02a_runs.ipynb #1dc9a379
 def pretrain_run_dir(preset: Preset | str, size_class, n_layers: int, seed: int = 0) -> Path:
@@ -68,10 +74,11 @@ def _fsync_dir(path: Path) -> None:
             os.close(fd)
 
 
-def sha256_file(path: Path) -> str:
+def sha256_file(path: Path | str, decompress: bool = False) -> str:
+    "SHA-256 of a file's bytes (or of its gunzipped content)."
     h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 22), b""):
+    with (gzip.open(path, "rb") if decompress else open(path, "rb")) as f:
+        while chunk := f.read(1 << 22):
             h.update(chunk)
     return h.hexdigest()
 
@@ -91,6 +98,26 @@ def atomic_write(path: Path | str, write) -> Path:
         tmp.unlink(missing_ok=True)
     _fsync_dir(path.parent)
     return path
+
+
+def atomic_write_text(path: Path | str, text: str) -> Path:
+    "Write `text` to `path` atomically (UTF-8)."
+    return atomic_write(path, lambda f: f.write(text.encode()))
+
+
+@contextlib.contextmanager
+def file_lock(path: Path | str):
+    "Hold an exclusive OS lock on the file `path` (created if missing) while the block runs; a dead holder releases it."
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as f:
+        if fcntl is not None:
+            fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            if fcntl is not None:
+                fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def save_verified(obj, path: Path | str) -> Path:
