@@ -9,20 +9,22 @@ import hashlib
 import json
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
-from .config import CommandParser, UsageError, choices, load_preset, preset_from_args, repo_root
+from .config import (EXPERIMENTS, CommandParser, Experiment, UsageError, choices, load_preset,
+                            preset_from_args, repo_root)
 
 from .bench import cli_bench
 from .data import cli_data
 from .finetune import cli_evaluate, cli_finetune
 from .midas import cli_stack
 from .train import cli_pretrain
+from .runs import atomic_write_text, run_lock
+
 
 # %% auto #0
-__all__ = ['SUBCOMMANDS', 'EXPERIMENTS', 'main', 'Experiment', 'experiments_dir', 'experiment_order', 'done_marker',
-           'ExperimentFailed', 'reproduce', 'cli_reproduce']
+__all__ = ['SUBCOMMANDS', 'main', 'experiments_dir', 'experiment_order', 'done_marker', 'ExperimentFailed', 'reproduce',
+           'cli_reproduce']
 
 # %% ../nbs/10_cli.ipynb #e44d1408
 SUBCOMMANDS: dict[str, tuple] = {  # name: (function, one-line help)
@@ -50,38 +52,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"depthnb: error: unknown command {name!r}; commands: {', '.join(SUBCOMMANDS)}", file=sys.stderr)
         return 2
     return SUBCOMMANDS[name][0](rest) or 0
-
-# %% ../nbs/10_cli.ipynb #48448652
-@dataclass(frozen=True)
-class Experiment:
-    "One experiment notebook of `nbs/experiments/`."
-    name: str  # notebook stem
-    title: str
-    after: tuple[str, ...] = ()  # experiments whose runs this one reads
-    optional: bool = False  # run only when named in `only` (e.g. a preset's sizing study)
-
-
-EXPERIMENTS: list[Experiment] = [
-    Experiment("petty_shapes", "Petty Table 2 and Figure 1: the equal-parameter families"),
-    Experiment("petty_data", "Petty Table 1: datasets, tokenizer and token counts"),
-    Experiment("petty_pretrain", "Petty Figures 2-3: pretraining the depth families", ("petty_data",)),
-    Experiment("petty_finetune", "Petty Figures 4-5, Table 3: fine-tuning on the four tasks", ("petty_pretrain",)),
-    Experiment("petty_equal_ppl", "Petty Figure 6: the equal-perplexity control", ("petty_pretrain",)),
-    Experiment("petty_equal_loss", "Petty Figure 7: the equal in-distribution loss control", ("petty_pretrain",)),
-    Experiment("petty_latency", "Petty Figure 8: training latency vs depth"),
-    Experiment("petty_rank", "Petty Figure 9: rank of the feed-forward projections", ("petty_pretrain",)),
-    Experiment("midas_stacking", "Saunshi Table 1, Figures 2 and 4: MIDAS, GradStack, baseline, looped",
-               ("petty_data",)),
-    Experiment("midas_primitives", "Saunshi Tables 6-7: reasoning primitives, 5-shot and fine-tuned",
-               ("midas_stacking",)),
-    Experiment("midas_cogs", "Beyond the papers: does MIDAS help compositional generalization?",
-               ("midas_stacking",)),
-    Experiment("report", "Both papers: figure index, tables beside the papers', fidelity summary",
-               ("petty_shapes", "petty_data", "petty_finetune", "petty_equal_ppl", "petty_equal_loss",
-                "petty_latency", "petty_rank", "midas_primitives", "midas_cogs")),
-    Experiment("cpu_sizing", "Sizing the cpu preset: throughput eager vs compiled, learning curves per width and task",
-               optional=True),
-]
 
 # %% ../nbs/10_cli.ipynb #243d3736
 def experiments_dir() -> Path:
@@ -127,31 +97,32 @@ def reproduce(preset: str = "tiny", only: list[str] | None = None, seeds: int | 
     out_dir.mkdir(parents=True, exist_ok=True)
     parameters = dict(preset=preset, overrides=overrides or {}, seeds=seeds, runs_dir=str(runs.parent),
                       figures_dir=str(figures))
-    todo = experiment_order(only)
-    markers = {e.name: out_dir / f"{e.name}.done.json" for e in EXPERIMENTS}
-    executed, t_all = [], time.time()
-    for i, exp in enumerate(todo, 1):
-        source, target, marker = sources / f"{exp.name}.ipynb", out_dir / f"{exp.name}.ipynb", markers[exp.name]
-        upstream = {a: json.loads(markers[a].read_text()) if markers[a].exists() else None for a in exp.after}
-        expected = done_marker(source, parameters, upstream)
-        if marker.exists() and json.loads(marker.read_text()) == expected:
-            log(f"[{i}/{len(todo)}] {exp.name}: done already ({target})")
+    with run_lock(runs):  # a second `reproduce` of this preset is refused while this one runs
+        todo = experiment_order(only)
+        markers = {e.name: out_dir / f"{e.name}.done.json" for e in EXPERIMENTS}
+        executed, t_all = [], time.time()
+        for i, exp in enumerate(todo, 1):
+            source, target, marker = sources / f"{exp.name}.ipynb", out_dir / f"{exp.name}.ipynb", markers[exp.name]
+            upstream = {a: json.loads(markers[a].read_text()) if markers[a].exists() else None for a in exp.after}
+            expected = done_marker(source, parameters, upstream)
+            if marker.exists() and json.loads(marker.read_text()) == expected:
+                log(f"[{i}/{len(todo)}] {exp.name}: done already ({target})")
+                executed.append(target)
+                continue
+            log(f"[{i}/{len(todo)}] {exp.name}: {exp.title} ...")
+            t0 = time.time()
+            try:
+                pm.execute_notebook(str(source), str(target), parameters=parameters, cwd=str(source.parent),
+                                    kernel_name="python3", progress_bar=False, log_output=False)
+            except PapermillExecutionError as e:
+                tb = "\n".join(e.traceback) if isinstance(e.traceback, list) else str(e.traceback)
+                raise ExperimentFailed(f"experiment {exp.name!r} failed in cell {e.cell_index} "
+                                       f"(execution count {e.exec_count}): {e.ename}: {e.evalue}\n"
+                                       f"executed copy: {target}\n{tb}") from None
+            atomic_write_text(marker, json.dumps(expected, indent=1))
             executed.append(target)
-            continue
-        log(f"[{i}/{len(todo)}] {exp.name}: {exp.title} ...")
-        t0 = time.time()
-        try:
-            pm.execute_notebook(str(source), str(target), parameters=parameters, cwd=str(source.parent),
-                                kernel_name="python3", progress_bar=False, log_output=False)
-        except PapermillExecutionError as e:
-            tb = "\n".join(e.traceback) if isinstance(e.traceback, list) else str(e.traceback)
-            raise ExperimentFailed(f"experiment {exp.name!r} failed in cell {e.cell_index} "
-                                   f"(execution count {e.exec_count}): {e.ename}: {e.evalue}\n"
-                                   f"executed copy: {target}\n{tb}") from None
-        marker.write_text(json.dumps(expected, indent=1))
-        executed.append(target)
-        log(f"[{i}/{len(todo)}] {exp.name}: finished in {time.time() - t0:.0f} s "
-            f"({time.time() - t_all:.0f} s in all)")
+            log(f"[{i}/{len(todo)}] {exp.name}: finished in {time.time() - t0:.0f} s "
+                f"({time.time() - t_all:.0f} s in all)")
     log(f"{len(todo)} experiments of preset {p.name!r} done in {time.time() - t_all:.0f} s; "
         f"figures in {figures / p.name}, runs in {runs}, report in {figures / p.name / 'REPORT.md'}")
     return executed

@@ -17,11 +17,11 @@ from typing import Any
 
 # %% auto #0
 __all__ = ['SIZE_CLASSES', 'TINY_CLASS', 'CPU_CLASS', 'CPU_STACK_CLASS', 'PRESETS', 'STACK_METHODS', 'STACK_RUNS',
-           'SIZE_CLASS_FIELDS', 'ModelConfig', 'check_choice', 'check_range', 'DataConfig', 'PretrainConfig',
-           'FinetuneConfig', 'StackConfig', 'PrimitiveConfig', 'SizeClass', 'resolve_size_class', 'Preset',
-           'field_names', 'parse_value', 'override', 'to_dict', 'from_dict', 'config_diff', 'load_preset', 'get_preset',
-           'preset_size_class', 'preset_depths', 'method_stack', 'UsageError', 'add_preset_args', 'preset_from_args',
-           'int_list', 'choices', 'CommandParser', 'repo_root', 'experiment_preset']
+           'SIZE_CLASS_FIELDS', 'EXPERIMENTS', 'ModelConfig', 'check_choice', 'check_range', 'DataConfig',
+           'PretrainConfig', 'FinetuneConfig', 'StackConfig', 'PrimitiveConfig', 'SizeClass', 'resolve_size_class',
+           'Preset', 'field_names', 'parse_value', 'override', 'to_dict', 'from_dict', 'config_diff', 'load_preset',
+           'get_preset', 'preset_size_class', 'preset_depths', 'method_stack', 'UsageError', 'add_preset_args',
+           'preset_from_args', 'int_list', 'choices', 'CommandParser', 'repo_root', 'experiment_preset', 'Experiment']
 
 # %% ../nbs/00_config.ipynb #d3b67e83
 @dataclass
@@ -584,3 +584,35 @@ def experiment_preset(preset: str | Preset = "tiny", overrides: dict | None = No
     changes["runs_dir"] = str(Path(runs_dir) if runs_dir else root / p.runs_dir)
     changes["figures_dir"] = str(Path(figures_dir) if figures_dir else root / p.figures_dir)
     return override(p, **changes)
+
+# %% ../nbs/00_config.ipynb #48448652
+@dataclass(frozen=True)
+class Experiment:
+    "One experiment notebook of `nbs/experiments/`."
+    name: str  # notebook stem
+    title: str
+    after: tuple[str, ...] = ()  # experiments whose runs this one reads
+    optional: bool = False  # run only when named in `only` (e.g. a preset's sizing study)
+
+
+EXPERIMENTS: list[Experiment] = [
+    Experiment("petty_shapes", "Petty Table 2 and Figure 1: the equal-parameter families"),
+    Experiment("petty_data", "Petty Table 1: datasets, tokenizer and token counts"),
+    Experiment("petty_pretrain", "Petty Figures 2-3: pretraining the depth families", ("petty_data",)),
+    Experiment("petty_finetune", "Petty Figures 4-5, Table 3: fine-tuning on the four tasks", ("petty_pretrain",)),
+    Experiment("petty_equal_ppl", "Petty Figure 6: the equal-perplexity control", ("petty_pretrain",)),
+    Experiment("petty_equal_loss", "Petty Figure 7: the equal in-distribution loss control", ("petty_pretrain",)),
+    Experiment("petty_latency", "Petty Figure 8: training latency vs depth"),
+    Experiment("petty_rank", "Petty Figure 9: rank of the feed-forward projections", ("petty_pretrain",)),
+    Experiment("midas_stacking", "Saunshi Table 1, Figures 2 and 4: MIDAS, GradStack, baseline, looped",
+               ("petty_data",)),
+    Experiment("midas_primitives", "Saunshi Tables 6-7: reasoning primitives, 5-shot and fine-tuned",
+               ("midas_stacking",)),
+    Experiment("midas_cogs", "Beyond the papers: does MIDAS help compositional generalization?",
+               ("midas_stacking",)),
+    Experiment("report", "Both papers: figure index, tables beside the papers', fidelity summary",
+               ("petty_shapes", "petty_data", "petty_finetune", "petty_equal_ppl", "petty_equal_loss",
+                "petty_latency", "petty_rank", "midas_primitives", "midas_cogs")),
+    Experiment("cpu_sizing", "Sizing the cpu preset: throughput eager vs compiled, learning curves per width and task",
+               optional=True),
+]

@@ -20,6 +20,7 @@ from pathlib import Path
 from urllib.parse import urljoin, urlsplit
 
 import nbformat
+from .config import EXPERIMENTS
 
 # %% auto #0
 __all__ = ['DOCS_REQUIREMENTS', 'BROWSER_REQUIREMENTS', 'CHROMIUM_FLAGS', 'SITE_CSS', 'CHECKED_PAGES', 'find_root',
@@ -66,12 +67,14 @@ class SitePages:
 
 
 def site_pages(nbs_path: Path) -> SitePages:
-    "Index, numbered component notebooks (by number), experiment notebooks (by name)."
+    "Index, numbered component notebooks (by number), experiment notebooks (in pipeline order)."
     nbs_path = Path(nbs_path)
     if not (nbs_path / "index.ipynb").is_file():
         raise FileNotFoundError(f"{nbs_path / 'index.ipynb'} is missing: it is the home page and the README's source")
     components = sorted(p.relative_to(nbs_path) for p in nbs_path.glob("[0-9]*.ipynb"))
-    experiments = sorted(p.relative_to(nbs_path) for p in (nbs_path / "experiments").glob("*.ipynb"))
+    order = {f"{e.name}.ipynb": i for i, e in enumerate(EXPERIMENTS)}  # pipeline order; unregistered ones last
+    experiments = sorted((p.relative_to(nbs_path) for p in (nbs_path / "experiments").glob("*.ipynb")),
+                         key=lambda p: (order.get(p.name, len(order)), p.name))
     return SitePages(Path("index.ipynb"), components, experiments)
 
 # %% ../nbs/12_docs.ipynb #ec186e52

@@ -26,8 +26,8 @@ from .model import DecoderLM
 from .train import (_check_finite, autocast, lr_at, make_optimizer, maybe_compile, resolve_device,
                            set_lr, train_step)
 from .runs import (MetricsLog, atomic_write, finetune_run_dir, is_done, latest_checkpoint, load_model,
-                          mark_done, pretrain_run_dir, read_config, rng_state, save_checkpoint, save_weights,
-                          set_rng_state, source_run_dir, step_file, write_or_check_config)
+                          mark_done, pretrain_run_dir, read_config, rng_state, run_lock, save_checkpoint,
+                          save_weights, set_rng_state, source_run_dir, step_file, write_or_check_config)
 
 
 # %% auto #0
@@ -266,7 +266,12 @@ def cached_task(name: str):
 def finetune(model_or_run, task: str, config: FinetuneConfig, run_dir: Path | str, *, tokenizer=None,
              dataset=None, progress: bool = True, log=print) -> DecoderLM:
     "Fine-tune a pretrained model (object or run/snapshot path) on `task` in `run_dir`; resumes; returns the model."
-    run_dir = Path(run_dir)
+    with run_lock(run_dir):
+        return _finetune(model_or_run, task, config, Path(run_dir), tokenizer, dataset, progress, log)
+
+
+def _finetune(model_or_run, task: str, config: FinetuneConfig, run_dir: Path, tokenizer, dataset, progress: bool,
+              log) -> DecoderLM:
     device = resolve_device(config.device)
     if isinstance(model_or_run, DecoderLM):
         if tokenizer is None:

@@ -5,6 +5,7 @@
 # %% ../nbs/06_midas.ipynb #5d17cf32
 from __future__ import annotations
 
+import contextlib
 import copy
 import itertools
 import json
@@ -33,9 +34,10 @@ from .primitives import (PRIMITIVE_TASKS, TABLE7_PAPER, evaluate_task, finetune_
                                 table6_rows)
 from .solver import flops_per_token, model_config
 from .runs import (atomic_write, is_done, json_lines, latest_checkpoint, load_model, mark_done,
-                          read_config, read_metrics, save_weights, stack_run_dir, stack_run_name,
+                          read_config, read_metrics, run_lock, save_weights, stack_run_dir, stack_run_name,
                           write_or_check_config)
 from .train import init_distributed, make_optimizer, pretrain, resolve_device
+from .data import prepare_pretraining
 
 
 # %% auto #0
@@ -387,16 +389,19 @@ def stack_train(config: PretrainConfig, stack: StackConfig, run_dir: Path | str,
     if config.model.share_layers and stack.method != "baseline":
         raise ValueError(f"stack_train: a looped model (share_layers=True) cannot be grown; use method='baseline', "
                          f"not {stack.method!r}")
-    stages = stack_stages(config, stack)
     info = init_distributed(config.device)
-    say = log if info.main else _quiet
+    with run_lock(run_dir) if info.main else contextlib.nullcontext():
+        return _stack_train(config, stack, run_dir, info, data, progress, log if info.main else _quiet)
+
+
+def _stack_train(config: PretrainConfig, stack: StackConfig, run_dir: Path, info, data, progress: bool, say) -> DecoderLM:
+    stages = stack_stages(config, stack)
     write_or_check_config(run_dir, _stack_record(config, stack), write=info.main)
     device = resolve_device(config.device, info.local_rank)
     if is_done(run_dir):
         say(f"{run_dir}: finished already (step {config.steps}); loading final.pt")
         return load_model(run_dir, device).train()
     if data is None:
-        from depthnb.data import prepare_pretraining
         data = prepare_pretraining(config.data, config.model.n_ctx, progress=progress and info.main, log=say)
 
     model, opt_state, finished = None, None, None  # finished: a done stage whose end state is not read yet

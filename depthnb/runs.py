@@ -6,11 +6,14 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import gzip
 import hashlib
+import io
 import json
 import os
 import random
+import shutil
 import time
 import warnings
 from pathlib import Path
@@ -18,8 +21,8 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from .config import (ModelConfig, Preset, StackConfig, config_diff, from_dict, get_preset, method_stack,
-                            preset_size_class, to_dict)
+from .config import (ModelConfig, Preset, StackConfig, UsageError, config_diff, from_dict, get_preset,
+                            method_stack, preset_size_class, to_dict)
 from .model import DecoderLM
 
 try:
@@ -27,12 +30,14 @@ try:
 except ImportError:  # Windows: no cross-process locking
     fcntl = None
 
+
 # %% auto #0
 __all__ = ['KEEP_CHECKPOINTS', 'pretrain_run_dir', 'finetune_run_dir', 'stack_run_name', 'stack_run_dir', 'CheckpointError',
-           'sha256_file', 'atomic_write', 'atomic_write_text', 'file_lock', 'save_verified', 'load_verified',
-           'rng_state', 'set_rng_state', 'ConfigMismatchError', 'write_or_check_config', 'read_config', 'MetricsLog',
-           'json_lines', 'read_metrics', 'mark_done', 'is_done', 'step_file', 'snapshot_steps', 'save_checkpoint',
-           'latest_checkpoint', 'save_weights', 'model_from_state', 'load_model', 'source_run_dir']
+           'DiskFullError', 'free_space', 'check_free_space', 'sha256_file', 'atomic_write', 'atomic_write_text',
+           'file_lock', 'save_verified', 'load_verified', 'rng_state', 'set_rng_state', 'ConfigMismatchError',
+           'write_or_check_config', 'read_config', 'MetricsLog', 'json_lines', 'read_metrics', 'mark_done', 'is_done',
+           'step_file', 'snapshot_steps', 'save_checkpoint', 'latest_checkpoint', 'save_weights', 'model_from_state',
+           'load_model', 'source_run_dir', 'RunInUseError', 'run_lock']
 
 # %% ../nbs/02a_runs.ipynb #1dc9a379
 def pretrain_run_dir(preset: Preset | str, size_class, n_layers: int, seed: int = 0) -> Path:
@@ -65,6 +70,30 @@ class CheckpointError(RuntimeError):
     "A checkpoint file that cannot be trusted (missing checksum, checksum mismatch, unreadable)."
 
 
+class DiskFullError(OSError):
+    "Not enough free space for what a run is about to write; the message names the file, the need and the space free."
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**20:,.1f} MiB"
+
+
+def free_space(folder: Path | str) -> int:
+    "Bytes free on the filesystem of `folder` (or of its nearest existing parent)."
+    folder = Path(folder).absolute()
+    while not folder.exists():
+        folder = folder.parent
+    return shutil.disk_usage(folder).free
+
+
+def check_free_space(folder: Path | str, need: int, what: str) -> None:
+    "Raise `DiskFullError` unless `need` bytes are free where `folder` lives."
+    free = free_space(folder)
+    if need > free:
+        raise DiskFullError(f"{folder}: {what} needs {_size(need)}, but only {_size(free)} is free there; "
+                            "free some space or choose another runs_dir (a run resumes from its last good checkpoint)")
+
+
 def _fsync_dir(path: Path) -> None:
     with contextlib.suppress(OSError):  # some filesystems refuse to open directories
         fd = os.open(path, os.O_RDONLY)
@@ -94,6 +123,11 @@ def atomic_write(path: Path | str, write) -> Path:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except OSError as e:
+        if e.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise DiskFullError(f"{path}: no space left on device while writing it ({_size(free_space(path.parent))} "
+                                "free); free some space and run again (a run resumes from its last good checkpoint)") from None
+        raise
     finally:
         tmp.unlink(missing_ok=True)
     _fsync_dir(path.parent)
@@ -122,7 +156,10 @@ def file_lock(path: Path | str):
 
 def save_verified(obj, path: Path | str) -> Path:
     "`torch.save` `obj` to `path` atomically, then its SHA-256 to `path.sha256`."
-    path = atomic_write(path, lambda f: torch.save(obj, f))
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)  # serialized first: a full disk then fails in a plain write, with a clear OSError
+    check_free_space(Path(path).parent, buffer.getbuffer().nbytes, f"writing {Path(path).name}")
+    path = atomic_write(path, lambda f: f.write(buffer.getbuffer()))
     digest = sha256_file(path)
     atomic_write(path.with_name(path.name + ".sha256"), lambda f: f.write(digest.encode()))
     return path
@@ -310,3 +347,31 @@ def source_run_dir(path: Path | str) -> Path:
             return cand
     raise FileNotFoundError(f"no config.json in or above {path}: not inside a run directory")
 
+
+# %% ../nbs/02a_runs.ipynb #b47b15e1
+class RunInUseError(UsageError):
+    "Another process is working in this run directory."
+
+
+@contextlib.contextmanager
+def run_lock(run_dir: Path | str):
+    "Hold the run directory's exclusive lock while the block runs; `RunInUseError` if another process holds it."
+    path = Path(run_dir) / ".lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as f:
+        if fcntl is not None:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                f.seek(0)
+                holder = f.read().strip() or "another process"
+                raise RunInUseError(f"{run_dir} is in use by {holder}; wait for it to finish or stop it") from None
+        f.seek(0)
+        f.truncate()
+        f.write(f"process {os.getpid()} (started {time.strftime('%Y-%m-%d %H:%M:%S')})")
+        f.flush()
+        try:
+            yield
+        finally:
+            if fcntl is not None:
+                fcntl.flock(f, fcntl.LOCK_UN)

@@ -25,8 +25,9 @@ from .config import (CommandParser, Preset, PretrainConfig, UsageError, config_d
                             to_dict)
 from .model import DecoderLM
 from .solver import flops_per_token, model_config
-from .runs import (MetricsLog, is_done, latest_checkpoint, load_model, mark_done, pretrain_run_dir,
-                          rng_state, save_checkpoint, save_weights, set_rng_state, snapshot_steps, step_file,
+from .runs import (KEEP_CHECKPOINTS, MetricsLog, check_free_space, free_space, is_done,
+                          latest_checkpoint, load_model, mark_done, pretrain_run_dir, rng_state, run_lock,
+                          save_checkpoint, save_weights, set_rng_state, snapshot_steps, step_file,
                           write_or_check_config)
 from .data import prepare_pretraining
 
@@ -34,8 +35,8 @@ from .data import prepare_pretraining
 # %% auto #0
 __all__ = ['PEAK_FLOPS', 'resolve_device', 'autocast', 'configure_backends', 'maybe_compile', 'peak_flops', 'mfu', 'lr_at',
            'make_optimizer', 'set_lr', 'train_step', 'DistInfo', 'init_distributed', 'all_reduce_sum', 'lm_loss',
-           'NonFiniteLossError', 'pretrain_record', 'pretrain', 'pretrain_config', 'run_parallel', 'pretrain_job',
-           'step_latency', 'pretrain_selection', 'cli_pretrain']
+           'NonFiniteLossError', 'pretrain_record', 'pretrain', 'run_disk_need', 'pretrain_config', 'run_parallel',
+           'pretrain_job', 'step_latency', 'pretrain_selection', 'cli_pretrain']
 
 # %% ../nbs/05_train.ipynb #f43354f1
 def resolve_device(spec: str = "auto", local_rank: int = 0) -> torch.device:
@@ -288,9 +289,19 @@ def pretrain(config: PretrainConfig, run_dir: Path | str, *, init_model: Decoder
     stop = config.steps if stop_step is None else stop_step
     if not 0 <= start_step < stop <= config.steps:
         raise ValueError(f"need 0 <= start_step < stop_step <= config.steps, got {start_step}, {stop}, {config.steps}")
-    run_dir = Path(run_dir)
     info = init_distributed(config.device)
-    say = log if info.main else (lambda *a, **k: None)
+    with run_lock(run_dir) if info.main else contextlib.nullcontext():
+        return _pretrain(config, Path(run_dir), info, init_model, init_optimizer_state, start_step, stop, data,
+                         progress, log if info.main else (lambda *a, **k: None))
+
+
+def run_disk_need(n_params: int, n_snapshots: int, keep: int = KEEP_CHECKPOINTS) -> int:
+    "Bytes a run's files take at most: `keep` checkpoints and one being written (fp32 weights, two optimizer moments), snapshots, final weights."
+    return 4 * n_params * (3 * (keep + 1) + n_snapshots + 1)
+
+
+def _pretrain(config: PretrainConfig, run_dir: Path, info: DistInfo, init_model, init_optimizer_state, start_step: int,
+              stop: int, data, progress: bool, say) -> DecoderLM:
     write_or_check_config(run_dir, pretrain_record(config, start_step, stop), write=info.main)
     if info.world > 1:
         dist.barrier()
@@ -309,6 +320,11 @@ def pretrain(config: PretrainConfig, run_dir: Path | str, *, init_model: Decoder
     if state is not None and not start_step <= state["step"] <= stop:
         raise ValueError(f"{ckpt_path} is at step {state['step']}, outside this call's steps [{start_step}, {stop}]")
     model = _build_model(config, state, init_model).to(device).train()
+    if info.main:  # before the first step, not at the first checkpoint
+        need = run_disk_need(model.num_params(), config.n_snapshots)
+        check_free_space(run_dir, need, "this run's checkpoints and snapshots")
+        say(f"{run_dir}: checkpoints and snapshots need up to {need / 2**20:,.0f} MiB; "
+            f"{free_space(run_dir) / 2**20:,.0f} MiB free")
     optimizer = make_optimizer(model, config.optimizer, config.lr, config.weight_decay,
                                (config.beta1, config.beta2), fused=config.fused_optimizer)
     loop = _Loop(begin=start_step, stop=stop, tokens_per_step=config.batch_size * config.model.n_ctx)

@@ -7,7 +7,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from depthnb.cli import EXPERIMENTS, ExperimentFailed, reproduce
+from depthnb.config import EXPERIMENTS
+from depthnb.cli import ExperimentFailed, reproduce
 
 # Below `tiny`: two depths, one seed, 20 pretraining and 10 fine-tuning steps, 20 gen examples, two tasks, a
 # shortened primitives protocol. The data settings are the trainer tests' (tests/_train_common.py), so the
