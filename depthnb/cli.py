@@ -23,8 +23,8 @@ from .runs import atomic_write_text, run_lock
 
 
 # %% auto #0
-__all__ = ['SUBCOMMANDS', 'main', 'experiments_dir', 'experiment_order', 'done_marker', 'ExperimentFailed', 'reproduce',
-           'cli_reproduce']
+__all__ = ['SUBCOMMANDS', 'KERNEL_QUIET', 'main', 'experiments_dir', 'experiment_order', 'done_marker', 'ExperimentFailed',
+           'reproduce', 'cli_reproduce']
 
 # %% ../nbs/10_cli.ipynb #e44d1408
 SUBCOMMANDS: dict[str, tuple] = {  # name: (function, one-line help)
@@ -78,6 +78,11 @@ def done_marker(source: Path, parameters: dict, upstream: dict[str, dict]) -> di
             "upstream": upstream}
 
 # %% ../nbs/10_cli.ipynb #7c7e6715
+# The kernel's own log (a TCP-transport warning at start, a KeyboardInterrupt at shutdown) reads like a failure;
+# a real failure is raised from the executed notebook, with its traceback, by papermill.
+KERNEL_QUIET = ["--IPKernelApp.log_level=CRITICAL"]
+
+
 class ExperimentFailed(RuntimeError):
     "An experiment notebook raised; the message names the notebook and the failing cell."
 
@@ -113,7 +118,8 @@ def reproduce(preset: str = "tiny", only: list[str] | None = None, seeds: int | 
             t0 = time.time()
             try:
                 pm.execute_notebook(str(source), str(target), parameters=parameters, cwd=str(source.parent),
-                                    kernel_name="python3", progress_bar=False, log_output=False)
+                                    kernel_name="python3", progress_bar=False, log_output=False,
+                                    extra_arguments=KERNEL_QUIET)
             except PapermillExecutionError as e:
                 tb = "\n".join(e.traceback) if isinstance(e.traceback, list) else str(e.traceback)
                 raise ExperimentFailed(f"experiment {exp.name!r} failed in cell {e.cell_index} "

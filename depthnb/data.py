@@ -39,13 +39,13 @@ from .runs import atomic_write_text, file_lock, sha256_file
 
 # %% auto #0
 __all__ = ['RAW_URL', 'CORPORA', 'EVAL_SETS', 'PAD_ID', 'EOS_ID', 'UNK_ID', 'SEP_ID', 'SEP_PIECE', 'TOKENIZER_SETTINGS',
-           'TEXT_VERSION', 'TASKS', 'GENERALIZATION_SPLIT', 'COGS_STRUCTURAL', 'COLUMNS', 'US_STATES', 'USA_ALIASES',
-           'data_dir', 'cache_dir', 'default_mirror', 'DataFile', 'Dataset', 'registry', 'expand_parts', 'FetchError',
-           'check_file', 'is_verified', 'CacheError', 'fetch_data', 'fetch_files', 'data_path', 'pretraining_texts',
-           'Tokenizer', 'load_tokenizer', 'tokenizer_key', 'train_tokenizer', 'token_dtype', 'meta_path', 'pack_tokens',
-           'read_tokens', 'TokenBlocks', 'PretrainingData', 'prepare_pretraining', 'TaskFormatError', 'read_tsv',
-           'load_tsv_task', 'normalize_funql', 'space_funql', 'anonymize_geoquery', 'geoquery_example', 'load_task',
-           'petty_table1', 'task_token_report', 'cli_data']
+           'TOKENIZER_THREADS', 'TEXT_VERSION', 'TASKS', 'GENERALIZATION_SPLIT', 'COGS_STRUCTURAL', 'COLUMNS',
+           'US_STATES', 'USA_ALIASES', 'data_dir', 'cache_dir', 'default_mirror', 'DataFile', 'Dataset', 'registry',
+           'expand_parts', 'FetchError', 'check_file', 'is_verified', 'CacheError', 'fetch_data', 'fetch_files',
+           'data_path', 'pretraining_texts', 'Tokenizer', 'load_tokenizer', 'tokenizer_key', 'train_tokenizer',
+           'token_dtype', 'meta_path', 'pack_tokens', 'read_tokens', 'TokenBlocks', 'PretrainingData',
+           'prepare_pretraining', 'TaskFormatError', 'read_tsv', 'load_tsv_task', 'normalize_funql', 'space_funql',
+           'anonymize_geoquery', 'geoquery_example', 'load_task', 'petty_table1', 'task_token_report', 'cli_data']
 
 # %% ../nbs/03_data.ipynb #9adc6803
 RAW_URL = "https://raw.githubusercontent.com/{repo}/{commit}/{path}"  # canonical download location
@@ -586,6 +586,9 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
 TOKENIZER_SETTINGS = dict(model_type="unigram", pad_id=PAD_ID, eos_id=EOS_ID, unk_id=UNK_ID, bos_id=-1,
                           user_defined_symbols=[SEP_PIECE], byte_fallback=True, normalization_rule_name="identity",
                           remove_extra_whitespaces=False, character_coverage=0.9995, split_digits=False)
+# SentencePiece's trainer gives another model on another number of threads: a fixed count makes the same
+# DataConfig train the same tokenizer on every machine (2: the cores the committed figures were made on).
+TOKENIZER_THREADS = 2
 
 
 def _corpus_inputs(corpus: str, split: str) -> list[str]:
@@ -660,7 +663,7 @@ def _train_tokenizer(data_cfg: DataConfig, folder: Path, num_threads: int | None
     spm.SentencePieceTrainer.train(sentence_iterator=_lines(docs), model_writer=model,
                                    vocab_size=data_cfg.vocab_size,
                                    max_sentence_length=data_cfg.tokenizer_max_sentence_length,
-                                   num_threads=num_threads or os.cpu_count() or 1, minloglevel=2,
+                                   num_threads=num_threads or TOKENIZER_THREADS, minloglevel=2,
                                    **TOKENIZER_SETTINGS)
     seconds = time.time() - t0
     tmp = folder / f".spm.model.{os.getpid()}.tmp"

@@ -351,6 +351,7 @@ def _finetune(model_or_run, task: str, config: FinetuneConfig, run_dir: Path, to
             last_ckpt = step
             t_window = time.perf_counter()
     bar.close()
+    metrics.close()
     save_weights(run_dir / "final.pt", model, step=config.steps)
     mark_done(run_dir, step=config.steps)
     return model

@@ -225,22 +225,41 @@ def read_config(run_dir: Path | str) -> dict:
 
 # %% ../nbs/02a_runs.ipynb #ed9e2004
 class MetricsLog:
-    "Append-only `metrics.jsonl` of a run directory."
-    def __init__(self, run_dir: Path | str):
+    "Append-only `metrics.jsonl` of a run directory, mirrored to TensorBoard event files beside it."
+    def __init__(self, run_dir: Path | str, tensorboard: bool = True):
         self.path = Path(run_dir) / "metrics.jsonl"
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.tensorboard, self._writer, self._purge_step = tensorboard, None, None
 
     def write(self, **record) -> dict:
         with open(self.path, "a") as f:
             f.write(json.dumps(record) + "\n")
+        if self.tensorboard and "step" in record:
+            self._add_scalars(record)
         return record
+
+    def _add_scalars(self, record: dict) -> None:
+        if self._writer is None:
+            from torch.utils.tensorboard import SummaryWriter  # imports TensorBoard: only when a run logs
+            self._writer = SummaryWriter(str(self.path.parent), purge_step=self._purge_step)
+        prefix = "/".join(str(record[k]) for k in ("kind", "split") if k in record)
+        for name, value in record.items():
+            if name != "step" and isinstance(value, (int, float)) and not isinstance(value, bool):
+                self._writer.add_scalar(f"{prefix}/{name}", value, record["step"])
+        self._writer.flush()
 
     def truncate(self, step: int) -> None:
         "Drop the records of steps after `step` (and a torn last line)."
+        self._purge_step = step + 1
         if not self.path.exists():
             return
         keep = [line for line in json_lines(self.path) if line["step"] <= step]
         atomic_write(self.path, lambda f: f.write("".join(json.dumps(r) + "\n" for r in keep).encode()))
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
 
 
 def json_lines(path: Path) -> list[dict]:

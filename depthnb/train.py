@@ -345,6 +345,7 @@ def _pretrain(config: PretrainConfig, run_dir: Path, info: DistInfo, init_model,
     train_model = maybe_compile(train_model, config.compile, device)
     _train_loop(config, run_dir, model, train_model, optimizer, data, loop, info, device, precision, micro,
                 metrics, progress)
+    metrics.close()
     if info.main:
         save_weights(run_dir / "final.pt", model, step=stop)
         mark_done(run_dir, step=stop, elapsed_s=loop.elapsed)
