@@ -5,7 +5,6 @@
 # %% ../nbs/03_data.ipynb #2ff43986
 from __future__ import annotations
 
-import argparse
 import collections
 import contextlib
 import gzip
@@ -34,8 +33,10 @@ import torch
 from tqdm import tqdm
 
 
-from .config import DataConfig, add_preset_args, check_choice, check_range, preset_from_args, repo_root
+from .config import (CommandParser, DataConfig, check_choice, check_range, choices, preset_from_args,
+                            repo_root)
 from .runs import atomic_write_text, file_lock, sha256_file
+
 
 # %% auto #0
 __all__ = ['RAW_URL', 'CORPORA', 'EVAL_SETS', 'PAD_ID', 'EOS_ID', 'UNK_ID', 'SEP_ID', 'SEP_PIECE', 'TOKENIZER_SETTINGS',
@@ -1229,37 +1230,34 @@ def task_token_report(tokenizer: Tokenizer, tasks: Iterable[str] = TASKS, limit:
 # %% ../nbs/03_data.ipynb #dcead512
 def cli_data(argv: list[str] | None = None) -> int:
     "depthnb data [--only NAMES] [--mirror PATH|none] [--list] [--prepare --preset P --set K=V]"
-    ap = argparse.ArgumentParser(prog="depthnb data", description="Fetch the datasets of data/sources.toml into "
-                                 "data/cache/raw/ (from a mirror or the canonical sources) and verify their sha256.")
+    ap = CommandParser("depthnb data", "Fetch the datasets of data/sources.toml into data/cache/raw/ (from a mirror "
+                       "or the canonical sources) and verify their sha256.")
     ap.add_argument("--only", default="", help="comma-separated datasets (default: all): " + ", ".join(registry()))
     ap.add_argument("--mirror", default=None, help="local mirror folder, or 'none' to download "
                     "(default: $DEPTHNB_DATA_MIRROR, else ../shared/data if present)")
     ap.add_argument("--list", action="store_true", help="list the registry and exit")
     ap.add_argument("--prepare", action="store_true", help="also train the tokenizer and pack the pretraining "
                     "data of --preset")
-    add_preset_args(ap)
-    args = ap.parse_args(argv)
-    reg = registry()
-    if args.list:
-        for d in reg.values():
-            print(f"{d.name:<14} {d.title}\n{'':<14} license: {d.license}")
-            for f in d.files:
-                print(f"{'':<14} {f.file}  sha256 {f.sha256[:12]}…  {f.url}")
-            if d.hub:
-                print(f"{'':<14} streamed from the Hugging Face hub: {d.hub} ({d.config})")
-        return 0
-    only = [n for n in args.only.split(",") if n] or None
-    mirror = default_mirror() if args.mirror is None else (None if args.mirror.lower() in ("", "none") else Path(args.mirror))
-    print(f"depthnb data: fetching {', '.join(only or [n for n, d in reg.items() if d.files])} "
-          f"from {'mirror ' + str(mirror) if mirror else 'the canonical sources'} into {cache_dir() / 'raw'}")
-    try:
+
+    def command(args) -> int:
+        reg = registry()
+        if args.list:
+            for d in reg.values():
+                print(f"{d.name:<14} {d.title}\n{'':<14} license: {d.license}")
+                for f in d.files:
+                    print(f"{'':<14} {f.file}  sha256 {f.sha256[:12]}…  {f.url}")
+                if d.hub:
+                    print(f"{'':<14} streamed from the Hugging Face hub: {d.hub} ({d.config})")
+            return 0
+        only = list(choices(args.only, "dataset", list(reg))) or None
+        preset = preset_from_args(args) if args.prepare else None
+        mirror = default_mirror() if args.mirror is None else (None if args.mirror.lower() in ("", "none") else Path(args.mirror))
+        print(f"depthnb data: fetching {', '.join(only or [n for n, d in reg.items() if d.files])} "
+              f"from {'mirror ' + str(mirror) if mirror else 'the canonical sources'} into {cache_dir() / 'raw'}")
         paths = fetch_data(only, mirror=mirror if mirror is not None else "none", verify=True, log=print)
-    except (FetchError, KeyError) as e:
-        print(f"depthnb data: {e.args[0] if isinstance(e, KeyError) else e}", file=sys.stderr)
-        return 1
-    print(f"depthnb data: {len(paths)} files verified")
-    if args.prepare:
-        p = preset_from_args(args)
-        data = prepare_pretraining(p.pretrain.data, p.pretrain.model.n_ctx, verify=True)
-        print(data.summary().to_string())
-    return 0
+        print(f"depthnb data: {len(paths)} files verified")
+        if preset is not None:
+            data = prepare_pretraining(preset.pretrain.data, preset.pretrain.model.n_ctx, verify=True)
+            print(data.summary().to_string())
+        return 0
+    return ap.run(command, argv)

@@ -33,7 +33,7 @@ __all__ = ['DOCS_REQUIREMENTS', 'BROWSER_REQUIREMENTS', 'CHROMIUM_FLAGS', 'SITE_
 
 # %% ../nbs/12_docs.ipynb #c2f34bde
 DOCS_REQUIREMENTS = ("sphinx>=8", "myst-nb>=1.2", "sphinx-book-theme>=1.1", "sphinx-mathjax-offline>=0.0.2")
-BROWSER_REQUIREMENTS = ("playwright>=1.40",)
+BROWSER_REQUIREMENTS = ("playwright>=1.40", "jupyterlab>=4")  # the docs site and JupyterLab, checked in Chromium
 CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync")
 

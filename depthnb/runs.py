@@ -389,6 +389,8 @@ def run_lock(run_dir: Path | str):
         f.truncate()
         f.write(f"process {os.getpid()} (started {time.strftime('%Y-%m-%d %H:%M:%S')})")
         f.flush()
+        for partial in Path(run_dir).rglob(".*.tmp*"):  # half-written by a killed holder: nobody else writes here
+            partial.unlink(missing_ok=True)
         try:
             yield
         finally:

@@ -409,7 +409,7 @@ def test_user_task_loads(tmp_path):
 def test_cli_data(capsys):
     assert D.cli_data(["--only", "cogs,geoquery"]) == 0
     assert "6 files verified" in capsys.readouterr().out
-    assert D.cli_data(["--only", "cogz"]) == 1
-    assert "unknown datasets ['cogz']" in capsys.readouterr().err
+    assert D.cli_data(["--only", "cogz"]) == 2
+    assert capsys.readouterr().err == "depthnb data: error: unknown dataset 'cogz'; datasets: " + ", ".join(D.registry()) + "\n"
     assert D.cli_data(["--list"]) == 0
     assert "allenai/c4" in capsys.readouterr().out
