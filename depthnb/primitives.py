@@ -30,7 +30,7 @@ __all__ = ['PRIMITIVE_TASKS', 'LETTERS', 'COPY_SEQ_LEN', 'COPY_SUB_LEN', 'N_VARS
            'PrimitiveTask', 'three_letter_words', 'get_task', 'make_primitive', 'solve_primitive', 'few_shot',
            'extract_answer', 'score_primitive', 'table6_paper', 'holdout_set', 'finetune_set', 'output_layer',
            'LastPositionHead', 'answer_ids', 'complete', 'evaluate_task', 'table6_rows', 'evaluate_primitives',
-           'table6', 'ft_eval_steps', 'ft_tensors', 'target_loss', 'finetune_primitives', 'ft_summary', 'table7']
+           'table6', 'ft_eval_steps', 'ft_tensors', 'answer_loss', 'finetune_primitives', 'ft_summary', 'table7']
 
 # %% ../nbs/04_primitives.ipynb #bf9e1641
 @dataclass(frozen=True)
@@ -421,7 +421,7 @@ def ft_tensors(tokenizer, examples: list[dict]) -> tuple[torch.Tensor, torch.Ten
     return x, y
 
 
-def target_loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+def answer_loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     "Mean cross-entropy over the labelled positions (y != -100), the output layer applied to those only."
     with output_layer(model, nn.Identity()) as head:
         hidden, _ = model(x)
@@ -446,7 +446,7 @@ def finetune_primitives(model: nn.Module, tokenizer, cfg: PrimitiveConfig, seed:
     opt = make_optimizer(model, optimizer, cfg.ft_lr, weight_decay, betas)
     rows, t0 = [], time.perf_counter()
     for step in range(1, cfg.ft_steps + 1):
-        loss = target_loss(model, x, y)
+        loss = answer_loss(model, x, y)
         loss.backward()
         nn.utils.clip_grad_norm_(model.parameters(), grad_clip if grad_clip > 0 else float("inf"))
         opt.step()

@@ -228,7 +228,7 @@ from depthnb.data import train_tokenizer  # noqa: E402
 from depthnb.model import DecoderLM  # noqa: E402
 from depthnb.primitives import (TABLE6_PAPER, answer_ids, complete, evaluate_primitives, evaluate_task,  # noqa: E402
                                 finetune_primitives, ft_eval_steps, ft_summary, ft_tensors, table6, table7,
-                                target_loss)
+                                answer_loss)
 
 
 @pytest.fixture(scope="module")
@@ -311,7 +311,7 @@ def test_target_loss_is_the_models_loss_on_the_answer(tok, tiny_model):
         assert labels == answer_ids(tok, e["prompt"], e["target"]) + [tok.eos_id]
         assert tok.decode(labels[:-1]) == e["target"]
     with torch.no_grad():
-        assert target_loss(tiny_model, x, y).item() == pytest.approx(tiny_model(x, y)[1].item(), abs=1e-5)
+        assert answer_loss(tiny_model, x, y).item() == pytest.approx(tiny_model(x, y)[1].item(), abs=1e-5)
 
 
 def test_ft_protocol_averages_the_right_steps():
