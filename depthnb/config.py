@@ -21,7 +21,8 @@ __all__ = ['SIZE_CLASSES', 'TINY_CLASS', 'CPU_CLASS', 'CPU_STACK_CLASS', 'PRESET
            'PretrainConfig', 'FinetuneConfig', 'StackConfig', 'PrimitiveConfig', 'SizeClass', 'resolve_size_class',
            'Preset', 'field_names', 'parse_value', 'override', 'to_dict', 'from_dict', 'config_diff', 'load_preset',
            'get_preset', 'preset_size_class', 'preset_depths', 'method_stack', 'UsageError', 'add_preset_args',
-           'preset_from_args', 'int_list', 'choices', 'CommandParser', 'repo_root', 'experiment_preset', 'Experiment']
+           'preset_from_args', 'add_family_args', 'family_from_args', 'int_list', 'choices', 'CommandParser',
+           'repo_root', 'experiment_preset', 'Experiment']
 
 # %% ../nbs/00_config.ipynb #d3b67e83
 @dataclass
@@ -507,6 +508,24 @@ def preset_from_args(args) -> Preset:
         except (ValueError, KeyError, TypeError) as e:
             raise UsageError(f"--set {item}: {e.args[0] if e.args else e}") from None
     return preset
+
+
+def add_family_args(parser) -> None:
+    "Add `--size-class`, `--layers` and `--seeds`: which runs of a preset's depth family a command works on."
+    parser.add_argument("--size-class", default=None, help="one of the preset's size classes (default: its first)")
+    parser.add_argument("--layers", default=None, help="comma-separated depths (default: all of the class)")
+    parser.add_argument("--seeds", default=None, help="comma-separated seeds (default: the preset's)")
+
+
+def family_from_args(args) -> tuple[Preset, SizeClass, tuple[int, ...], tuple[int, ...]]:
+    "(preset, size class, depths, seeds) that parsed preset and family arguments select; `UsageError` if one is bad."
+    preset = preset_from_args(args)
+    try:
+        sc = preset_size_class(preset, args.size_class)
+    except KeyError as e:
+        raise UsageError(f"--size-class {args.size_class}: {e.args[0]}") from None
+    return (preset, sc, int_list(args.layers, "--layers", preset_depths(preset, sc), lo=1),
+            int_list(args.seeds, "--seeds", preset.seeds))
 
 
 def int_list(text: str | None, option: str, default=(), lo: int = 0) -> tuple[int, ...]:

@@ -18,8 +18,8 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from .config import (CommandParser, DataConfig, FinetuneConfig, Preset, UsageError, choices,
-                            from_dict, get_preset, int_list, preset_depths, preset_from_args,
+from .config import (CommandParser, DataConfig, FinetuneConfig, Preset, UsageError, add_family_args,
+                            choices, family_from_args, from_dict, get_preset, preset_from_args,
                             preset_size_class, to_dict)
 from .data import GENERALIZATION_SPLIT, TASKS, load_task, load_tokenizer, train_tokenizer
 from .model import DecoderLM
@@ -419,9 +419,7 @@ def finetune_parser(prog: str, description: str) -> CommandParser:
     "The parser of `depthnb finetune` and `depthnb evaluate`: a preset and a selection of its fine-tuning runs."
     ap = CommandParser(prog, description)
     ap.add_argument("--tasks", default=None, help=f"comma-separated, of {', '.join(TASKS)} (default: the preset's)")
-    ap.add_argument("--size-class", default=None, help="one of the preset's size classes (default: its first)")
-    ap.add_argument("--layers", default=None, help="comma-separated depths (default: all of the class)")
-    ap.add_argument("--seeds", default=None, help="comma-separated seeds (default: the preset's)")
+    add_family_args(ap)
     ap.add_argument("--run-dir", default=None, help="a single fine-tuning run directory (instead of the selection)")
     ap.add_argument("--no-progress", action="store_true", help="no progress bars")
     return ap
@@ -429,14 +427,8 @@ def finetune_parser(prog: str, description: str) -> CommandParser:
 
 def finetune_selection(args) -> list[tuple[Path, str, int, int]]:
     "(run_dir, task, n_layers, seed) of the runs that parsed arguments select; `UsageError` if one is bad."
-    preset = preset_from_args(args)
-    try:
-        sc = preset_size_class(preset, args.size_class)
-    except KeyError as e:
-        raise UsageError(f"--size-class: {e.args[0]}") from None
+    preset, sc, depths, seeds = family_from_args(args)
     tasks = choices(args.tasks, "task", TASKS, default=preset.tasks)
-    depths = int_list(args.layers, "--layers", preset_depths(preset, sc), lo=1)
-    seeds = int_list(args.seeds, "--seeds", preset.seeds)
     runs = [(finetune_run_dir(preset, sc, n, s, t), t, n, s) for t in tasks for n in depths for s in seeds]
     if args.run_dir:
         if len(runs) != 1:

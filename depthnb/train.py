@@ -20,9 +20,8 @@ import torch.distributed as dist
 import torch.nn as nn
 from tqdm.auto import tqdm
 
-from .config import (CommandParser, Preset, PretrainConfig, UsageError, config_diff, get_preset,
-                            int_list, preset_depths, preset_from_args, preset_size_class, resolve_size_class,
-                            to_dict)
+from .config import (CommandParser, Preset, PretrainConfig, UsageError, add_family_args, config_diff,
+                            family_from_args, get_preset, preset_size_class, resolve_size_class, to_dict)
 from .model import DecoderLM
 from .solver import flops_per_token, model_config
 from .runs import (KEEP_CHECKPOINTS, MetricsLog, check_free_space, free_space, is_done,
@@ -492,13 +491,7 @@ def step_latency(size_class, depths=None, *, base: PretrainConfig | None = None,
 # %% ../nbs/05_train.ipynb #2fb08360
 def pretrain_selection(args) -> list[tuple[PretrainConfig, Path]]:
     "The (config, run directory) of each run that parsed `depthnb pretrain` arguments select; `UsageError` if one is bad."
-    preset = preset_from_args(args)
-    try:
-        sc = preset_size_class(preset, args.size_class)
-    except KeyError as e:
-        raise UsageError(f"--size-class: {e.args[0]}") from None
-    depths = int_list(args.layers, "--layers", preset_depths(preset, sc), lo=1)
-    seeds = int_list(args.seeds, "--seeds", preset.seeds)
+    preset, sc, depths, seeds = family_from_args(args)
     if args.run_dir and len(depths) * len(seeds) != 1:
         raise UsageError(f"--run-dir needs exactly one run, but {len(depths) * len(seeds)} were selected "
                          "(use --layers N --seeds S)")
@@ -516,9 +509,7 @@ def cli_pretrain(argv: list[str] | None = None) -> int:
     "depthnb pretrain [--preset P] [--set KEY=VALUE ...] [--size-class C] [--layers N,..] [--seeds S,..] [--run-dir D]"
     ap = CommandParser("depthnb pretrain", "Pretrain models of a preset's depth family; finished runs are skipped, "
                        "interrupted ones resume.")
-    ap.add_argument("--size-class", default=None, help="one of the preset's size classes (default: its first)")
-    ap.add_argument("--layers", default=None, help="comma-separated depths (default: all of the class)")
-    ap.add_argument("--seeds", default=None, help="comma-separated seeds (default: the preset's)")
+    add_family_args(ap)
     ap.add_argument("--run-dir", default=None, help="run directory (a single run only; default: "
                     "<runs_dir>/<preset>/pretrain/<class>/L<n>_s<seed>)")
     ap.add_argument("--no-progress", action="store_true", help="no progress bar")
