@@ -609,7 +609,7 @@ class RandomTokens:
 
 
 def _stack_model_config(bc: BenchConfig, n_layers: int, variant: str = "sdpa") -> ModelConfig:
-    from depthnb.midas import stack_config
+    from depthnb.schedules import stack_config
     size_class = TINY_CLASS if bc.size_class == "tiny" else bc.size_class
     return stack_config(size_class, n_layers, base=ModelConfig(n_ctx=bc.n_ctx, attn_impl=ATTN_VARIANTS[variant][0]))
 
@@ -624,7 +624,7 @@ def bench_pretrain_config(bc: BenchConfig, total_steps: int, variant: str = "sdp
 
 def stagewise_run(bc: BenchConfig, total_steps: int, stack: StackConfig, variant: str = "sdpa") -> tuple[float, list[dict]]:
     "Wall seconds of a `midas.stack_train` run of `bc` (in a temporary directory) and its per-stage times."
-    from depthnb.midas import stack_train
+    from depthnb.stacking import stack_train
     cfg = bench_pretrain_config(bc, total_steps, variant)
     if bc.use_compile:
         torch._dynamo.reset()  # this run pays its own compilation
@@ -650,7 +650,7 @@ def stagewise_run(bc: BenchConfig, total_steps: int, stack: StackConfig, variant
 def bench_midas(bc: BenchConfig, block_size: int, total_steps: int, alpha: float = 1.0, op: str = "midas",
                 variant: str = "sdpa") -> dict:
     "Wall-clock vs FLOP speedup of a Prop-`alpha` stacked run to `bc.n_layers` layers over its baseline."
-    from depthnb.midas import speedup
+    from depthnb.schedules import speedup
     stack = StackConfig(method=op, block_size=block_size, schedule="prop", alpha=alpha)
     baseline_s, base = stagewise_run(bc, total_steps, replace(stack, method="baseline"), variant)
     stacked_s, stages = stagewise_run(bc, total_steps, stack, variant)

@@ -17,7 +17,7 @@ from .config import (EXPERIMENTS, CommandParser, Experiment, UsageError, choices
 from .bench import cli_bench
 from .data import cli_data
 from .finetune import cli_evaluate, cli_finetune
-from .midas import cli_stack
+from .stacking import cli_stack
 from .train import cli_pretrain
 from .runs import atomic_write_text, run_lock
 

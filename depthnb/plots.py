@@ -16,14 +16,22 @@ import matplotlib.ticker as mticker
 import numpy as np
 import pandas as pd
 import seaborn as sns
+from matplotlib.cm import ScalarMappable
+from matplotlib.colors import BoundaryNorm, ListedColormap
+from matplotlib.patches import Rectangle
 
 from .analysis import TASK_NAMES, accuracy_by_depth, latency_fit, relative_perplexity
+from .config import PrimitiveConfig
+from .growth import GROW_OPS, birth_stages, grow_layout
+from .primitives import PRIMITIVE_TASKS, TABLE7_PAPER, ft_summary
+from .runs import read_metrics
 
 # %% auto #0
-__all__ = ['SIZE_CLASS_COLORS', 'METHOD_COLORS', 'set_style', 'depth_palette', 'hardware_label', 'caption', 'save_figure',
-           'save_table', 'figure_size_classes', 'figure_perplexity', 'figure_relative_perplexity',
+__all__ = ['SIZE_CLASS_COLORS', 'METHOD_COLORS', 'FIG5_ROWS', 'set_style', 'depth_palette', 'hardware_label', 'caption',
+           'save_figure', 'save_table', 'figure_size_classes', 'figure_perplexity', 'figure_relative_perplexity',
            'figure_generalization', 'figure_generalization_types', 'figure_equal_perplexity', 'figure_equal_loss',
-           'figure_latency', 'figure_rank', 'figure_rank_summary', 'figure_layer_similarity', 'figure_isoplots']
+           'figure_latency', 'figure_rank', 'figure_rank_summary', 'figure_layer_similarity', 'figure_isoplots',
+           'plot_growth', 'plot_stages', 'figure_stack_losses', 'figure_primitives']
 
 # %% ../nbs/09_plots.ipynb #c3d0bda8
 SIZE_CLASS_COLORS = {"tiny": "#7f7f7f", "41M": "#0173b2", "134M": "#de8f05", "374M": "#029e73"}
@@ -399,5 +407,122 @@ def figure_isoplots(iso: pd.DataFrame, tasks: Sequence[str] | None = None):
         ax.set(title=task, xlabel="validation log-perplexity (nats) →")
     axes[0, 0].set_ylabel("accuracy (%)")
     axes[0, -1].legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+# %% ../nbs/09_plots.ipynb #ab575388
+def _draw_stack(ax, x: float, sources: list[int], colors, copies=(), width: float = 0.8, labels=None):
+    for j, s in enumerate(sources):
+        ax.add_patch(Rectangle((x, j), width, 0.86, facecolor=colors[s], edgecolor="black", lw=0.6,
+                               hatch="///" if j in copies else None))
+        ax.text(x + width / 2, j + 0.43, labels[j] if labels else str(s), ha="center", va="center", fontsize=8,
+                color="white" if s >= len(colors) / 2 else "black",
+                bbox=dict(boxstyle="round,pad=0.25", fc=colors[s], ec="none") if j in copies else None)
+
+
+def plot_growth(n_layers: int = 6, block_size: int = 2, ops=GROW_OPS):
+    "One panel per operator: the parent's layers (left) and the grown model's (right), by provenance."
+    set_style()
+    colors = list(depth_palette(range(n_layers)).values())
+    fig, axes = plt.subplots(1, len(ops), figsize=(3.0 * len(ops), 3.8), sharey=True)
+    for ax, op in zip(axes, ops):
+        layout = grow_layout(n_layers, op, block_size)
+        copies = {j for j, s in enumerate(layout) if s in layout[:j]}
+        labels = [f"{s}'" if j in copies else str(s) for j, s in enumerate(layout)]
+        _draw_stack(ax, 0, list(range(n_layers)), colors)
+        _draw_stack(ax, 2, layout, colors, copies, labels=labels)
+        for j, s in enumerate(layout):
+            ax.plot([0.8, 2], [s + 0.43, j + 0.43], color=colors[s], lw=1.2 if j in copies else 0.6,
+                    ls="-" if j in copies else ":")
+        ax.set(xlim=(-0.2, 3.0), ylim=(-0.3, max(2 * n_layers, n_layers + block_size) + 0.2), xticks=[0.4, 2.4],
+               xticklabels=[f"{n_layers} layers", f"{len(layout)} layers"], yticks=[])
+        ax.set_title("progressive" if op == "progressive" else f"{'MIDAS' if op == 'midas' else 'GradStack'} (b={block_size})")
+        ax.grid(False)
+    return fig
+
+# %% ../nbs/09_plots.ipynb #5b0c7e22
+def plot_stages(n_layers: int = 8, block_size: int = 1, ops=("gradstack", "midas", "progressive")):
+    "One panel per operator: each stage's layers, coloured by the stage that created them."
+    set_style()
+    births = {op: birth_stages(n_layers, block_size, op) for op in ops}
+    n_max = max(len(b) for b in births.values())
+    colors = list(depth_palette(range(1, n_max + 1)).values())
+    fig, axes = plt.subplots(1, len(ops), figsize=(3.3 * len(ops), 3.6), sharey=True)
+    for ax, op in zip(axes, ops):
+        for i, stage in enumerate(births[op]):
+            for j, born in enumerate(stage):
+                ax.add_patch(Rectangle((i, j), 0.8, 0.86, facecolor=colors[born - 1], edgecolor="black", lw=0.5))
+        k = len(births[op])
+        ax.set(xlim=(-0.2, k), ylim=(-0.3, n_layers + 0.2), yticks=[], xlabel="stage",
+               xticks=[i + 0.4 for i in range(k)], xticklabels=range(1, k + 1))
+        ax.set_title({"midas": "MIDAS", "gradstack": "GradStack", "progressive": "progressive"}[op] + f" (b={block_size})")
+        ax.grid(False)
+    axes[0].set_ylabel("layer (bottom = first)")
+    cmap = ListedColormap(colors)
+    bar = fig.colorbar(ScalarMappable(BoundaryNorm([s + 0.5 for s in range(n_max + 1)], n_max), cmap), ax=axes,
+                       ticks=range(1, n_max + 1), fraction=0.03, pad=0.02)
+    bar.set_label("stage that created the layer")
+    return fig
+
+# %% ../nbs/09_plots.ipynb #55eee625
+def figure_stack_losses(runs: dict[str, Path], split: str = "enwiki_valid"):
+    "Training loss (stage boundaries dotted) and `split` loss by step, one line per run of `{label: run_dir}`."
+    set_style()
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.2))
+    for method, run in runs.items():
+        tr, ev = read_metrics(run, "train"), read_metrics(run, "eval")
+        ev = ev[ev.split == split]
+        color = METHOD_COLORS.get(method.split()[0].lower())
+        axes[0].plot(tr.step, tr.loss, label=method, color=color)
+        axes[1].plot(ev.step, ev.loss, "o-", ms=3, label=method, color=color)
+        for s in read_metrics(run, "stage").start_step[1:]:
+            axes[0].axvline(s, color=color, ls=":", lw=0.8)
+    axes[0].set(xlabel="step", ylabel="training loss (nats)")
+    axes[1].set(xlabel="step", ylabel=f"{split} loss (nats)")
+    axes[1].legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+# %% ../nbs/09_plots.ipynb #188f1151
+FIG5_ROWS = (1, 9, 10, 11, 14)  # the Table 6 rows of Figure 5
+
+
+def figure_primitives(t6: pd.DataFrame, models: list[str], ft_logs: dict[str, pd.DataFrame] | None = None,
+                      cfg: PrimitiveConfig | None = None):
+    "Saunshi et al. Figure 5: 5-shot (and fine-tuned) accuracy of `models` beside the paper's values."
+    set_style()
+    panels = [("5-shot", t6.loc[list(FIG5_ROWS)])]
+    if ft_logs:
+        rows = []
+        for task, pm, _, pb, _ in TABLE7_PAPER:
+            row = {"title": PRIMITIVE_TASKS[task].title.replace("Variable assignment", "Var.") + " (FT)",
+                   "paper MIDAS": pm, "paper baseline": pb, "random guess": 100 * PRIMITIVE_TASKS[task].random_guess}
+            for name, log in ft_logs.items():
+                acc = ft_summary(log, cfg)
+                acc = 100 * acc[acc.task == task].accuracy
+                row[name], row[f"{name} std"] = acc.mean(), acc.std() if len(acc) > 1 else 0.0
+            rows.append(row)
+        panels.append(("fine-tuned on 64 examples", pd.DataFrame(rows)))
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 + 1.3 * len(t6.loc[list(FIG5_ROWS)]), 3.6), squeeze=False,
+                             gridspec_kw=dict(width_ratios=[len(p) for _, p in panels]), sharey=True)
+    width = 0.8 / len(models)
+    for ax, (title, t) in zip(axes[0], panels):
+        x = np.arange(len(t))
+        for i, name in enumerate(models):
+            err = t[f"{name} std"] if f"{name} std" in t else None
+            ax.bar(x + (i - (len(models) - 1) / 2) * width, t[name], width, yerr=err, capsize=2, label=name,
+                   color=METHOD_COLORS.get(name.split()[0].lower()))
+        ax.scatter(x, t["paper MIDAS"], marker="*", s=60, color="black", zorder=3, label="paper MIDAS")
+        ax.scatter(x, t["paper baseline"], marker="x", s=30, color="black", zorder=3, label="paper baseline")
+        for xi, g in zip(x, t["random guess"]):
+            if pd.notna(g):
+                ax.hlines(g, xi - 0.45, xi + 0.45, colors="#aa0000", linestyles="--", lw=1)
+        labels = [str(s).replace("Variable assignment", "Var.").replace("Pre-school math (PSM), with calculator", "PSM-calc")
+                  for s in t["title"]]
+        ax.set_xticks(x, labels, rotation=30, ha="right", fontsize=8)
+        ax.set_title(title, fontsize=10)
+        ax.set_ylim(0, 100)
+    axes[0, 0].set_ylabel("accuracy (%)")
+    axes[0, -1].legend(fontsize=7, loc="upper right")
     fig.tight_layout()
     return fig

@@ -11,7 +11,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _train_common import DataHook, small_config, small_data  # noqa: E402
 
 from depthnb.config import StackConfig  # noqa: E402
-from depthnb.midas import stack_train  # noqa: E402
+from depthnb.stacking import stack_train  # noqa: E402
 
 STACK_STEPS = dict(steps=30, ckpt_every=5, log_every=5, eval_every=15, n_snapshots=3, model__n_layers=3)
 

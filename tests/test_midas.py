@@ -7,8 +7,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from depthnb.config import ModelConfig
-from depthnb.midas import (SAUNSHI_MODELS, TABLE1_SPEEDUPS, birth_stages, grow, grow_layout, speedup,
-                           stack_config, stage_depths, stage_schedule, stage_weights)
+from depthnb.growth import birth_stages, grow, grow_layout
+from depthnb.schedules import (SAUNSHI_MODELS, TABLE1_SPEEDUPS, speedup, stack_config, stage_depths, stage_schedule,
+                               stage_weights)
 from depthnb.model import DecoderLM, attention_mask_bias
 
 CFG = ModelConfig(d_model=32, d_attn=32, n_heads=4, d_ff=48, n_layers=3, n_vocab=97, n_ctx=32)
@@ -290,8 +291,8 @@ from _stack_script import STACK_STEPS  # noqa: E402
 from _train_common import Crash, DataHook, small_config, small_data  # noqa: E402
 
 from depthnb.config import StackConfig, load_preset, override  # noqa: E402
-from depthnb.midas import (cli_stack, measured_speedup, stack_job, stack_pretrain_config, stack_stages,  # noqa: E402
-                           stack_train)
+from depthnb.stack_results import measured_speedup  # noqa: E402
+from depthnb.stacking import cli_stack, stack_job, stack_pretrain_config, stack_stages, stack_train  # noqa: E402
 from depthnb.runs import is_done, latest_checkpoint, load_model, read_metrics, stack_run_dir  # noqa: E402
 from depthnb.train import lr_at  # noqa: E402
 
