@@ -23,7 +23,7 @@ from .config import (CommandParser, DataConfig, FinetuneConfig, Preset, UsageErr
                             preset_size_class, to_dict)
 from .data import GENERALIZATION_SPLIT, TASKS, load_task, load_tokenizer, train_tokenizer
 from .model import DecoderLM
-from .train import (_check_finite, autocast, lr_at, make_optimizer, maybe_compile, resolve_device,
+from .train import (check_finite, autocast, lr_at, make_optimizer, maybe_compile, resolve_device,
                            set_lr, train_step)
 from .runs import (MetricsLog, atomic_write, finetune_run_dir, is_done, latest_checkpoint, load_model,
                           mark_done, pretrain_run_dir, read_config, rng_state, run_lock, save_checkpoint,
@@ -325,7 +325,7 @@ def _finetune(model_or_run, task: str, config: FinetuneConfig, run_dir: Path, to
 
         def check(loss, grad_norm):
             seen.update(loss=loss.item(), grad_norm=grad_norm.item())
-            _check_finite(seen["loss"], seen["grad_norm"], s + 1, run_dir, last_ckpt)
+            check_finite(seen["loss"], seen["grad_norm"], s + 1, run_dir, last_ckpt)
 
         train_step(train_model, optimizer, [(x.to(device), y.to(device))], config.grad_clip, precision,
                    params=model.parameters(), before_update=check)

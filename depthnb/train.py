@@ -34,8 +34,8 @@ from .data import prepare_pretraining
 # %% auto #0
 __all__ = ['PEAK_FLOPS', 'resolve_device', 'autocast', 'configure_backends', 'maybe_compile', 'peak_flops', 'mfu', 'lr_at',
            'make_optimizer', 'set_lr', 'train_step', 'DistInfo', 'init_distributed', 'all_reduce_sum', 'lm_loss',
-           'NonFiniteLossError', 'pretrain_record', 'pretrain', 'run_disk_need', 'pretrain_config', 'run_parallel',
-           'pretrain_job', 'step_latency', 'pretrain_selection', 'cli_pretrain']
+           'NonFiniteLossError', 'check_finite', 'pretrain_record', 'pretrain', 'run_disk_need', 'pretrain_config',
+           'run_parallel', 'pretrain_job', 'step_latency', 'pretrain_selection', 'cli_pretrain']
 
 # %% ../nbs/05_train.ipynb #f43354f1
 def resolve_device(spec: str = "auto", local_rank: int = 0) -> torch.device:
@@ -230,7 +230,8 @@ class NonFiniteLossError(FloatingPointError):
     "The training loss (or gradient norm) became NaN or infinite."
 
 
-def _check_finite(loss: float, grad_norm: float, step: int, run_dir: Path, last_ckpt: int | None) -> None:
+def check_finite(loss: float, grad_norm: float, step: int, run_dir: Path, last_ckpt: int | None) -> None:
+    "Raise `NonFiniteLossError` (naming the step and the checkpoint kept) if the loss or gradient norm is NaN or infinite."
     if not (math.isfinite(loss) and math.isfinite(grad_norm)):
         kept = (f"the last checkpoint (step {last_ckpt}) is kept in {run_dir / 'checkpoints'}"
                 if last_ckpt is not None else "no checkpoint had been written yet")
@@ -371,7 +372,7 @@ def _train_loop(config, run_dir, model, train_model, optimizer, data, loop: _Loo
         def check(loss, grad_norm):  # runs after clipping, before the update
             seen["loss"] = (all_reduce_sum(loss.clone(), info) / info.world).item()
             seen["grad_norm"] = grad_norm.item()
-            _check_finite(seen["loss"], seen["grad_norm"], s + 1, run_dir, loop.last_ckpt)
+            check_finite(seen["loss"], seen["grad_norm"], s + 1, run_dir, loop.last_ckpt)
 
         train_step(train_model, optimizer, chunks, config.grad_clip, precision, params, before_update=check)
         loss, grad_norm = seen["loss"], seen["grad_norm"]
