@@ -11,7 +11,6 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from einops import rearrange
 from fastcore.basics import patch
 from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex_attention
 
@@ -43,7 +42,7 @@ class RelativePositionBias(nn.Module):
     def forward(self, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
         "Bias of shape (1, n_heads, len(q_pos), len(k_pos))."
         buckets = relative_position_bucket(q_pos[:, None] - k_pos[None, :], self.n_buckets, self.max_distance)
-        return rearrange(self.table(buckets), "q k h -> 1 h q k")
+        return self.table.weight.t()[:, buckets][None]  # indexed head-first: the mask is contiguous as SDPA reads it
 
     def by_distance(self, n: int, device=None) -> torch.Tensor:
         "Bias of shape (n_heads, n) for distances 0 … n-1: the T x T bias is this vector along diagonals."
@@ -150,9 +149,7 @@ class Attention(nn.Module):
 
     def forward(self, x, mask, pos, cache: KVCache | None = None, layer: int = 0):
         b, t, _ = x.shape
-        # one matrix product for q, k and v: fewer, larger kernels (the weights stay three modules)
-        qkv = F.linear(x, torch.cat([self.q.weight, self.k.weight, self.v.weight]))
-        q, k, v = qkv.view(b, t, 3 * self.n_heads, -1).transpose(1, 2).chunk(3, dim=1)  # (b, h, t, d_head) each
+        q, k, v = (f(x).view(b, t, self.n_heads, -1).transpose(1, 2) for f in (self.q, self.k, self.v))  # b h t d
         if self.pos_emb == "rope":
             q, k = rope_rotate(q, pos, self.rope_base), rope_rotate(k, pos, self.rope_base)
         if cache is not None:
@@ -169,8 +166,7 @@ class GatedFFN(nn.Module):
         self.wo = nn.Linear(cfg.d_ff, cfg.d_model, bias=False)
 
     def forward(self, x):
-        gate, up = F.linear(x, torch.cat([self.wi_0.weight, self.wi_1.weight])).chunk(2, dim=-1)
-        return self.wo(F.gelu(gate, approximate="tanh") * up)
+        return self.wo(F.gelu(self.wi_0(x), approximate="tanh") * self.wi_1(x))
 
 # %% ../nbs/02_model.ipynb #9f4ae0b0
 class Layer(nn.Module):
