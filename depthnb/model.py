@@ -18,7 +18,7 @@ from .config import ModelConfig
 
 # %% auto #0
 __all__ = ['CAUSAL', 'relative_position_bucket', 'RelativePositionBias', 'rope_rotate', 'KVCache', 'FlexMask', 'flex_attend',
-           'attend', 'Attention', 'GatedFFN', 'Layer', 'DecoderLM', 'attention_mask_bias', 'cache_masks',
+           'attend', 'project', 'Attention', 'GatedFFN', 'Layer', 'DecoderLM', 'attention_mask_bias', 'cache_masks',
            'causal_block_mask', 'flex_mask', 'layer_mask', 'extra_params']
 
 # %% ../nbs/02_model.ipynb #d9e2b4dd
@@ -136,6 +136,20 @@ def attend(q, k, v, mask) -> torch.Tensor:
         return torch.softmax((q * q.shape[-1] ** -0.5 @ k.transpose(-2, -1)).add_(mask), dim=-1) @ v
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
 
+# %% ../nbs/02_model.ipynb #5c0a9e22
+def project(module: nn.Module, names: tuple[str, ...], x: torch.Tensor) -> list[torch.Tensor]:
+    "`x` through the bias-free linear layers `names` of `module`; without autograd, as one matrix product."
+    linears = [getattr(module, n) for n in names]
+    if torch.is_grad_enabled() or torch.compiler.is_compiling():
+        return [lin(x) for lin in linears]
+    weights = [lin.weight for lin in linears]
+    key = (names, tuple((w.data_ptr(), w._version) for w in weights))  # _version: in-place updates count too
+    stacked = module.__dict__.get("_stacked")
+    if stacked is None or stacked[0] != key:
+        # keeping the weights referenced keeps their storage, so a data_ptr in the key cannot be reused
+        stacked = module.__dict__["_stacked"] = (key, torch.cat(weights), weights)
+    return list(F.linear(x, stacked[1]).split([lin.out_features for lin in linears], dim=-1))
+
 # %% ../nbs/02_model.ipynb #1df7fab2
 class Attention(nn.Module):
     "Multi-head causal self-attention: q, k, v, o projections without biases."
@@ -149,7 +163,7 @@ class Attention(nn.Module):
 
     def forward(self, x, mask, pos, cache: KVCache | None = None, layer: int = 0):
         b, t, _ = x.shape
-        q, k, v = (f(x).view(b, t, self.n_heads, -1).transpose(1, 2) for f in (self.q, self.k, self.v))  # b h t d
+        q, k, v = (y.view(b, t, self.n_heads, -1).transpose(1, 2) for y in project(self, ("q", "k", "v"), x))
         if self.pos_emb == "rope":
             q, k = rope_rotate(q, pos, self.rope_base), rope_rotate(k, pos, self.rope_base)
         if cache is not None:
@@ -166,7 +180,8 @@ class GatedFFN(nn.Module):
         self.wo = nn.Linear(cfg.d_ff, cfg.d_model, bias=False)
 
     def forward(self, x):
-        return self.wo(F.gelu(self.wi_0(x), approximate="tanh") * self.wi_1(x))
+        gate, up = project(self, ("wi_0", "wi_1"), x)
+        return self.wo(F.gelu(gate, approximate="tanh") * up)
 
 # %% ../nbs/02_model.ipynb #9f4ae0b0
 class Layer(nn.Module):
