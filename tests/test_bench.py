@@ -31,6 +31,8 @@ def test_cli_bench_cpu_records_both_models(tmp_path):
     assert run["config"]["n_ctx"] == 32 and run["config"]["size_class"] == "tiny"
     text = results.read_text()
     assert text.startswith("# Benchmark results") and f"torch {torch.__version__}" in text and "pytest" in text
+    assert "torch.compile off (default on the CPU for runs of >= 300 steps; this one has 3)" in text
+    assert "eager (no torch.compile)" in text  # decoding
     assert cli_bench(argv[:-2]) == 0  # a second run appends a second section
     assert results.read_text().count("\n### ") == 2
 
