@@ -5,7 +5,6 @@
 # %% ../nbs/11_bench.ipynb #2274dd8d
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
@@ -27,19 +26,25 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import depthnb
-from .config import SIZE_CLASSES, TINY_CLASS, ModelConfig, PretrainConfig, StackConfig
+from .config import (CPU_CLASS, SIZE_CLASSES, TINY_CLASS, CommandParser, ModelConfig, PretrainConfig,
+                            StackConfig, UsageError, choices)
 from .model import DecoderLM
-from .solver import flops_per_token, model_config
+from .solver import model_config
 from .train import autocast, configure_backends, make_optimizer, mfu, peak_flops, train_step
 from .runs import read_metrics
+from .data import load_task, load_tokenizer
+from .schedules import speedup, stack_config
+from .stacking import stack_train
+
 
 # %% auto #0
-__all__ = ['ATTN_VARIANTS', 'RESULTS_HEADER', 'PAPER_BATCH', 'CPU_DEFAULTS', 'RefAttention', 'RefBlock', 'ReferenceLM',
-           'BenchConfig', 'bench_model_config', 'tensor_bytes', 'timed_segment', 'alternate', 'contender_names',
-           'random_batches', 'TrainContender', 'make_train_contender', 'bench_training', 'bench_decoding', 'summarize',
-           'environment', 'BenchResult', 'run_bench', 'format_summary', 'format_result', 'record', 'paper_batch',
-           'memory_check', 'cogs_lengths', 'cogs_decode_time', 'bench_cogs', 'RandomTokens', 'bench_pretrain_config',
-           'stagewise_run', 'bench_midas', 'bench_config_from_args', 'cli_bench']
+__all__ = ['ATTN_VARIANTS', 'PRESET_CLASSES', 'CPU_COMPILE_MIN_STEPS', 'RESULTS_HEADER', 'PAPER_BATCH', 'CPU_DEFAULTS',
+           'RefAttention', 'RefBlock', 'ReferenceLM', 'BenchConfig', 'bench_model_config', 'tensor_bytes',
+           'timed_segment', 'alternate', 'contender_names', 'random_batches', 'TrainContender', 'make_train_contender',
+           'bench_training', 'decode_setup', 'bench_decoding', 'profile_ops', 'summarize', 'environment', 'BenchResult',
+           'run_bench', 'format_summary', 'format_result', 'record', 'paper_batch', 'memory_check', 'cogs_lengths',
+           'cogs_decode_time', 'bench_cogs', 'RandomTokens', 'bench_pretrain_config', 'stagewise_run', 'bench_midas',
+           'bench_config_from_args', 'bench_selection', 'cli_bench']
 
 # %% ../nbs/11_bench.ipynb #a508d9ec
 class RefAttention(nn.Module):
@@ -122,10 +127,14 @@ ATTN_VARIANTS = {  # name: (ModelConfig.attn_impl, bias table trained?)
 }
 
 
+PRESET_CLASSES = {"tiny": TINY_CLASS, "cpu": CPU_CLASS}  # the presets' CPU size classes, by name
+CPU_COMPILE_MIN_STEPS = 300  # on the CPU, runs this long pay for torch.compile's warm-up (see "Where the time goes")
+
+
 @dataclass
 class BenchConfig:
     "Shapes, device and measurement lengths of one benchmark run."
-    size_class: str = "134M"  # a name in solver.SIZE_CLASSES, or "tiny" (the presets' CPU class)
+    size_class: str = "134M"  # a name in solver.SIZE_CLASSES or PRESET_CLASSES
     n_layers: int = 12
     n_ctx: int = 1024
     batch: int = 16  # sequences per micro-batch
@@ -134,7 +143,7 @@ class BenchConfig:
     attn_impls: tuple[str, ...] = ("sdpa",)  # one depthnb contender each (ATTN_VARIANTS)
     reference: bool = True
     bf16: bool | None = None  # None: on CUDA
-    compile: bool | None = None  # None: on CUDA
+    compile: bool | None = None  # None: on CUDA, and on the CPU for runs of CPU_COMPILE_MIN_STEPS steps or more
     compile_mode: str | None = None  # passed to torch.compile (e.g. "max-autotune-no-cudagraphs")
     steps: int = 10  # optimizer steps per timed segment
     warmup: int = 3  # untimed steps first (compilation happens here)
@@ -154,8 +163,9 @@ class BenchConfig:
         for impl in self.attn_impls:
             if impl not in ATTN_VARIANTS:
                 raise ValueError(f"attention variant {impl!r} is not one of {list(ATTN_VARIANTS)}")
-        if self.size_class != "tiny" and self.size_class not in SIZE_CLASSES:
-            raise ValueError(f"BenchConfig.size_class={self.size_class!r} is not one of {['tiny', *SIZE_CLASSES]}")
+        if self.size_class not in PRESET_CLASSES and self.size_class not in SIZE_CLASSES:
+            raise ValueError(f"BenchConfig.size_class={self.size_class!r} is not one of "
+                             f"{[*PRESET_CLASSES, *SIZE_CLASSES]}")
 
     @property
     def on_cuda(self) -> bool:
@@ -166,8 +176,23 @@ class BenchConfig:
         return self.on_cuda if self.bf16 is None else self.bf16
 
     @property
+    def total_steps(self) -> int:
+        return self.warmup + self.steps * self.rounds
+
+    @property
     def use_compile(self) -> bool:
-        return self.on_cuda if self.compile is None else self.compile
+        if self.compile is not None:
+            return self.compile
+        return self.on_cuda or self.total_steps >= CPU_COMPILE_MIN_STEPS
+
+    @property
+    def compile_reason(self) -> str:
+        "Why compilation is on or off, for the results."
+        if self.compile is not None:
+            return "--compile" if self.compile else "--no-compile"
+        if self.on_cuda:
+            return "default on CUDA"
+        return f"default on the CPU for runs of >= {CPU_COMPILE_MIN_STEPS} steps; this one has {self.total_steps}"
 
     @property
     def tokens_per_step(self) -> int:
@@ -176,7 +201,7 @@ class BenchConfig:
 # %% ../nbs/11_bench.ipynb #dca26a6f
 def bench_model_config(bc: BenchConfig, variant: str = "sdpa") -> ModelConfig:
     "The `ModelConfig` of the benchmarked shape (solver's d_ff for the depth) for an attention variant."
-    size_class = TINY_CLASS if bc.size_class == "tiny" else bc.size_class
+    size_class = PRESET_CLASSES.get(bc.size_class, bc.size_class)
     return model_config(size_class, bc.n_layers, base=ModelConfig(n_ctx=bc.n_ctx, attn_impl=ATTN_VARIANTS[variant][0]))
 
 # %% ../nbs/11_bench.ipynb #e1f4505d
@@ -301,26 +326,56 @@ def bench_training(bc: BenchConfig, keep_going: bool = True) -> tuple[pd.DataFra
     return rows, info, errors
 
 # %% ../nbs/11_bench.ipynb #d2f03318
-def bench_decoding(bc: BenchConfig, keep_going: bool = True) -> tuple[pd.DataFrame, dict]:
-    "Alternating greedy-decoding measurement: (rows per round and contender, errors)."
-    device = torch.device(bc.device)
+def decode_setup(bc: BenchConfig) -> tuple[ModelConfig, torch.Tensor]:
+    "The decoding benchmark's model config (long enough for prompt + new tokens) and its random prompts."
     cfg = replace(bench_model_config(bc), n_ctx=max(bc.n_ctx, bc.prompt_len + bc.new_tokens))
     g = torch.Generator().manual_seed(bc.seed)
-    prompts = torch.randint(3, cfg.n_vocab, (bc.decode_batch, bc.prompt_len), generator=g).to(device)
-    kinds = {"depthnb": "depthnb", **({"reference": "reference"} if bc.reference else {})}
+    return cfg, torch.randint(3, cfg.n_vocab, (bc.decode_batch, bc.prompt_len), generator=g).to(bc.device)
+
+
+def _decoder(kind: str, bc: BenchConfig) -> Callable[[], torch.Tensor]:
+    "One warmed-up call of greedy decoding of the benchmark's prompts by a fresh `kind` model."
+    cfg, prompts = decode_setup(bc)
+    device = torch.device(bc.device)
+    model = _build(kind, cfg, device, bc.seed).eval()
+    def run():
+        with autocast(device, bc.use_bf16):
+            return model.generate(prompts, bc.new_tokens)
+    run()  # warm-up (and a check that it runs)
+    return run
+
+
+def bench_decoding(bc: BenchConfig, keep_going: bool = True) -> tuple[pd.DataFrame, dict]:
+    "Alternating greedy-decoding measurement: (rows per round and contender, errors)."
     fns, errors = {}, {}
-    for name, kind in kinds.items():
-        def make(kind=kind):
-            model = _build(kind, cfg, device, bc.seed).eval()
-            def run():
-                with autocast(device, bc.use_bf16):
-                    return model.generate(prompts, bc.new_tokens)
-            run()  # warm-up (and a check that it runs)
-            return run
-        fn = _try(errors, name, make, keep_going)
+    for kind in ("depthnb", "reference") if bc.reference else ("depthnb",):
+        fn = _try(errors, kind, lambda: _decoder(kind, bc), keep_going)
         if fn is not None:
-            fns[name] = fn
-    return alternate(fns, 1, bc.decode_rounds, device), errors
+            fns[kind] = fn
+    return alternate(fns, 1, bc.decode_rounds, torch.device(bc.device)), errors
+
+# %% ../nbs/11_bench.ipynb #b7e3c1a1
+def profile_ops(bc: BenchConfig, part: str = "train", steps: int = 3, top: int = 10) -> pd.DataFrame:
+    "Self time per step (ms) of the `top` operators of depthnb and the reference, `part` 'train' or 'decode'."
+    device = torch.device(bc.device)
+    activities = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if bc.on_cuda else [])
+    per_step = {}
+    for kind in ("depthnb", "reference"):
+        if part == "train":
+            batches = random_batches(bc, bench_model_config(bc).n_vocab, device)
+            fn = make_train_contender(kind, kind, "sdpa", bc, batches).step
+        else:
+            fn = _decoder(kind, bc)
+        with torch.profiler.profile(activities=activities) as prof:
+            for _ in range(steps):
+                fn()
+            _sync(device)
+        per_step[kind] = {e.key: (e.self_device_time_total if bc.on_cuda else e.self_cpu_time_total) / 1e3 / steps
+                          for e in prof.key_averages()}
+    table = pd.DataFrame(per_step).fillna(0.0)
+    table = table.loc[table.max(axis=1).sort_values(ascending=False).index]
+    total = table.sum().rename("total")
+    return pd.concat([table.head(top), total.to_frame().T]).rename_axis(f"{part}: ms per step")
 
 # %% ../nbs/11_bench.ipynb #5af66bb3
 def summarize(bc: BenchConfig, train: pd.DataFrame, decode: pd.DataFrame, info: dict | None = None,
@@ -476,13 +531,13 @@ def format_result(res: BenchResult) -> str:
               f"depthnb {env['depthnb']} (git {env['git']}), {env['torch_threads']} torch threads"]
     if {"train", "midas"} & set(res.parts):
         lines.append(f"- training: {bc.batch} × {bc.n_ctx} tokens × {bc.accum} micro-batches = {bc.tokens_per_step:,} "
-                     f"tokens per step; {precision}; torch.compile {'on' if bc.use_compile else 'off'}"
+                     f"tokens per step; {precision}; torch.compile {'on' if bc.use_compile else 'off'} ({bc.compile_reason})"
                      + (f" ({bc.compile_mode})" if bc.compile_mode else "")
                      + (f"; {bc.warmup} warm-up steps, then {bc.rounds} alternating rounds of {bc.steps} steps "
                         "(median)" if "train" in res.parts else ""))
     if "decode" in res.parts:
         lines.append(f"- decoding: {bc.decode_batch} prompts × {bc.prompt_len} tokens, {bc.new_tokens} new tokens, "
-                     f"greedy, KV cache; {precision}; {bc.decode_rounds} alternating rounds (median)")
+                     f"greedy, KV cache; {precision}; eager (no torch.compile); {bc.decode_rounds} alternating rounds (median)")
     lines.append("")
     if not res.summary.empty:
         lines += [format_summary(res.summary), ""]
@@ -532,7 +587,6 @@ def cogs_lengths(tsv: str | Path | None = None, tokenizer: str | Path | None = N
                  limit: int | None = None) -> tuple[list[tuple[int, int]], str]:
     "(prompt tokens incl. <sep>, answer tokens incl. <eos>) for each COGS gen example, and where they came from."
     if tsv is None:
-        from depthnb.data import load_task  # the data module's reader of the real splits
         split = load_task("cogs", splits=["gen"])["gen"]
         pairs, source = list(zip(split["input"], split["target"])), "data.load_task('cogs')['gen']"
     else:
@@ -543,7 +597,6 @@ def cogs_lengths(tsv: str | Path | None = None, tokenizer: str | Path | None = N
         pairs, source = [(r[0], r[1]) for r in rows], str(tsv)
     pairs = pairs[:limit] if limit else pairs
     if tokenizer is not None:
-        from depthnb.data import load_tokenizer
         tok = load_tokenizer(tokenizer)
         lengths = [(len(tok.encode(i)) + 1, len(tok.encode(t)) + 1) for i, t in pairs]
         return lengths, f"{source}, tokenized by {tokenizer}"
@@ -609,8 +662,7 @@ class RandomTokens:
 
 
 def _stack_model_config(bc: BenchConfig, n_layers: int, variant: str = "sdpa") -> ModelConfig:
-    from depthnb.schedules import stack_config
-    size_class = TINY_CLASS if bc.size_class == "tiny" else bc.size_class
+    size_class = PRESET_CLASSES.get(bc.size_class, bc.size_class)
     return stack_config(size_class, n_layers, base=ModelConfig(n_ctx=bc.n_ctx, attn_impl=ATTN_VARIANTS[variant][0]))
 
 
@@ -624,7 +676,6 @@ def bench_pretrain_config(bc: BenchConfig, total_steps: int, variant: str = "sdp
 
 def stagewise_run(bc: BenchConfig, total_steps: int, stack: StackConfig, variant: str = "sdpa") -> tuple[float, list[dict]]:
     "Wall seconds of a `midas.stack_train` run of `bc` (in a temporary directory) and its per-stage times."
-    from depthnb.stacking import stack_train
     cfg = bench_pretrain_config(bc, total_steps, variant)
     if bc.use_compile:
         torch._dynamo.reset()  # this run pays its own compilation
@@ -650,7 +701,6 @@ def stagewise_run(bc: BenchConfig, total_steps: int, stack: StackConfig, variant
 def bench_midas(bc: BenchConfig, block_size: int, total_steps: int, alpha: float = 1.0, op: str = "midas",
                 variant: str = "sdpa") -> dict:
     "Wall-clock vs FLOP speedup of a Prop-`alpha` stacked run to `bc.n_layers` layers over its baseline."
-    from depthnb.schedules import speedup
     stack = StackConfig(method=op, block_size=block_size, schedule="prop", alpha=alpha)
     baseline_s, base = stagewise_run(bc, total_steps, replace(stack, method="baseline"), variant)
     stacked_s, stages = stagewise_run(bc, total_steps, stack, variant)
@@ -669,11 +719,11 @@ CPU_DEFAULTS = dict(size_class="tiny", n_layers=2, n_ctx=64, batch=4, steps=2, w
                     decode_batch=4, prompt_len=8, new_tokens=16, decode_rounds=3)
 
 
-def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="depthnb bench", description="Training tokens/s, MFU, peak memory and "
-                                 "decoding throughput of DecoderLM vs a nanoGPT-style reference of the same shape.")
+def _parser() -> CommandParser:
+    ap = CommandParser("depthnb bench", "Training tokens/s, MFU, peak memory and decoding throughput of DecoderLM "
+                       "vs a nanoGPT-style reference of the same shape.", preset=False)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="cpu, cuda, cuda:1, …")
-    ap.add_argument("--size-class", help=f"one of {['tiny', *SIZE_CLASSES]} (default: 134M on CUDA, tiny on CPU)")
+    ap.add_argument("--size-class", help=f"one of {[*PRESET_CLASSES, *SIZE_CLASSES]} (default: 134M on CUDA, tiny on CPU)")
     ap.add_argument("--layers", type=int, dest="n_layers", help="depth (default: 12 on CUDA, 2 on CPU)")
     ap.add_argument("--n-ctx", type=int, help="sequence length (default: 1024 on CUDA, 64 on CPU)")
     ap.add_argument("--batch", type=int, help="sequences per micro-batch (default: 16 on CUDA, 4 on CPU)")
@@ -683,7 +733,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--attn-impl", default=None, help=f"comma-separated depthnb contenders, of {list(ATTN_VARIANTS)} "
                     "(default: sdpa,flex on CUDA, sdpa on CPU)")
     ap.add_argument("--no-reference", dest="reference", action="store_false", help="skip the reference model")
-    ap.add_argument("--compile", dest="compile", action="store_true", default=None, help="force torch.compile")
+    ap.add_argument("--compile", dest="compile", action="store_true", default=None, help="torch.compile the trained models (default: on CUDA, and on the CPU for runs "
+                    f"of >= {CPU_COMPILE_MIN_STEPS} steps)")
     ap.add_argument("--no-compile", dest="compile", action="store_false", help="never torch.compile")
     ap.add_argument("--compile-mode", help="torch.compile mode, e.g. max-autotune-no-cudagraphs")
     ap.add_argument("--fp32", dest="bf16", action="store_false", default=None, help="no bf16 autocast on CUDA")
@@ -721,35 +772,57 @@ def bench_config_from_args(args) -> BenchConfig:
     return paper_batch(bc) if args.paper_batch else bc
 
 # %% ../nbs/11_bench.ipynb #91c038bd
+def bench_selection(args) -> tuple[BenchConfig, tuple[str, ...]]:
+    "The `BenchConfig` and parts that parsed `depthnb bench` arguments ask for; `UsageError` if one is bad."
+    parts = choices(args.parts, "part", ("train", "decode", "cogs", "midas"))
+    try:
+        device = torch.device(args.device)
+    except RuntimeError:
+        raise UsageError(f"--device {args.device}: not a device; allowed: cpu, cuda, cuda:N") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        build = "a CPU-only build" if torch.version.cuda is None else f"built for CUDA {torch.version.cuda}, but sees no GPU"
+        raise UsageError(f"--device {args.device}: CUDA is not available (torch {torch.__version__} is {build}); "
+                         "use --device cpu, or on a GPU machine install a CUDA build of PyTorch: "
+                         "pip install torch --index-url https://download.pytorch.org/whl/cu126")
+    for option in ("n_layers", "n_ctx", "batch", "accum", "steps", "rounds", "decode_rounds", "cogs_limit"):
+        value = getattr(args, option, None)
+        if value is not None and value < 1:
+            raise UsageError(f"--{option.replace('_', '-').replace('n-layers', 'layers')} {value}: out of range; "
+                             "allowed: integers ≥ 1")
+    try:
+        return bench_config_from_args(args), parts
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+
+
 def cli_bench(argv: list[str] | None = None) -> int:
     "`depthnb bench`: measure, print, and optionally record."
-    args = _parser().parse_args(argv)
-    parts = tuple(p.strip() for p in args.parts.split(","))
-    unknown = sorted(set(parts) - {"train", "decode", "cogs", "midas"})
-    if unknown:
-        raise SystemExit(f"depthnb bench: --parts {unknown} not in ['train', 'decode', 'cogs', 'midas']")
-    bc = bench_config_from_args(args)
-    if not bc.on_cuda and any(ATTN_VARIANTS[v][0] == "flex" for v in bc.attn_impls):
-        print("note: attn_impl='flex' acts on CUDA only; on the CPU depthnb[flex] runs SDPA", file=sys.stderr)
-    res = run_bench(bc, parts)
-    res.command = "depthnb bench " + shlex.join(argv if argv is not None else sys.argv[1:])
-    res.note = args.note
-    if args.paper_batch:
-        res.extra["memory_vs_budget"] = memory_check(res.summary, args.memory_budget_gb)
-    if "cogs" in parts:
-        lengths, source = cogs_lengths(args.cogs_tsv, args.tokenizer, args.cogs_limit)
-        timing, errors = bench_cogs(bc, lengths, source, args.cogs_batch)
-        res.extra["cogs_gen_decoding"] = timing
-        res.errors.update(errors)
-    if "midas" in parts:
-        midas = _try(res.errors, "midas", lambda: bench_midas(bc, args.midas_block, args.midas_steps,
-                                                               args.midas_alpha, variant=bc.attn_impls[0]), True)
-        if midas is not None:
-            res.extra["midas_wall_clock"] = midas
-    print(format_result(res))
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(res.to_json(), indent=1, default=str))
-    if args.record:
-        print(f"appended to {record(res, args.record)}")
-    return 1 if res.errors else 0
+    ap = _parser()
+
+    def command(args) -> int:
+        bc, parts = bench_selection(args)
+        if not bc.on_cuda and any(ATTN_VARIANTS[v][0] == "flex" for v in bc.attn_impls):
+            print("note: attn_impl='flex' acts on CUDA only; on the CPU depthnb[flex] runs SDPA", file=sys.stderr)
+        res = run_bench(bc, parts)
+        res.command = "depthnb bench " + shlex.join(argv if argv is not None else sys.argv[1:])
+        res.note = args.note
+        if args.paper_batch:
+            res.extra["memory_vs_budget"] = memory_check(res.summary, args.memory_budget_gb)
+        if "cogs" in parts:
+            lengths, source = cogs_lengths(args.cogs_tsv, args.tokenizer, args.cogs_limit)
+            timing, errors = bench_cogs(bc, lengths, source, args.cogs_batch)
+            res.extra["cogs_gen_decoding"] = timing
+            res.errors.update(errors)
+        if "midas" in parts:
+            midas = _try(res.errors, "midas", lambda: bench_midas(bc, args.midas_block, args.midas_steps,
+                                                                   args.midas_alpha, variant=bc.attn_impls[0]), True)
+            if midas is not None:
+                res.extra["midas_wall_clock"] = midas
+        print(format_result(res))
+        if args.json:
+            Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.json).write_text(json.dumps(res.to_json(), indent=1, default=str))
+        if args.record:
+            print(f"appended to {record(res, args.record)}")
+        return 1 if res.errors else 0
+    return ap.run(command, argv)

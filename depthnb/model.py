@@ -11,7 +11,6 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from einops import rearrange
 from fastcore.basics import patch
 from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex_attention
 
@@ -19,8 +18,8 @@ from .config import ModelConfig
 
 # %% auto #0
 __all__ = ['CAUSAL', 'relative_position_bucket', 'RelativePositionBias', 'rope_rotate', 'KVCache', 'FlexMask', 'flex_attend',
-           'attend', 'Attention', 'GatedFFN', 'Layer', 'DecoderLM', 'attention_mask_bias', 'causal_block_mask',
-           'flex_mask', 'layer_mask', 'extra_params']
+           'attend', 'project', 'Attention', 'GatedFFN', 'Layer', 'DecoderLM', 'attention_mask_bias', 'cache_masks',
+           'causal_block_mask', 'flex_mask', 'layer_mask', 'extra_params']
 
 # %% ../nbs/02_model.ipynb #d9e2b4dd
 def relative_position_bucket(distance: torch.Tensor, n_buckets: int = 32, max_distance: int = 128) -> torch.Tensor:
@@ -43,7 +42,7 @@ class RelativePositionBias(nn.Module):
     def forward(self, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
         "Bias of shape (1, n_heads, len(q_pos), len(k_pos))."
         buckets = relative_position_bucket(q_pos[:, None] - k_pos[None, :], self.n_buckets, self.max_distance)
-        return rearrange(self.table(buckets), "q k h -> 1 h q k")
+        return self.table.weight.t()[:, buckets][None]  # indexed head-first: the mask is contiguous as SDPA reads it
 
     def by_distance(self, n: int, device=None) -> torch.Tensor:
         "Bias of shape (n_heads, n) for distances 0 … n-1: the T x T bias is this vector along diagonals."
@@ -68,6 +67,9 @@ class KVCache:
         self.k = torch.zeros(shape, device=device, dtype=dtype)
         self.v = torch.zeros(shape, device=device, dtype=dtype)
         self.length = 0  # positions filled so far
+        # what each one-token step's mask is cut from, set by `DecoderLM` at the first call (`cache_masks`)
+        self.padding: torch.Tensor | None = None  # (batch, 1, 1, max_len): -inf at the prompt's padding, else 0
+        self.bias: torch.Tensor | None = None  # (1, n_heads, 1, max_len): the position bias by distance, reversed
 
     def update(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         "Store this layer's new keys/values at the current position; return all keys/values so far."
@@ -79,6 +81,15 @@ class KVCache:
         self.k[layer, :, :, self.length:end] = k
         self.v[layer, :, :, self.length:end] = v
         return self.k[layer, :, :, :end], self.v[layer, :, :, :end]
+
+    def step_mask(self) -> torch.Tensor | None:
+        "The additive mask of one new token at position `length`: its bias row plus the padding of the keys."
+        end = self.length + 1
+        bias = None if self.bias is None else self.bias[..., self.bias.shape[-1] - end:]
+        padding = None if self.padding is None else self.padding[..., :end]
+        if bias is None or padding is None:
+            return padding if bias is None else bias
+        return padding + bias
 
 # %% ../nbs/02_model.ipynb #648fb1b5
 CAUSAL = "causal"  # the `mask` that asks SDPA for its fused causal kernel
@@ -118,7 +129,26 @@ def attend(q, k, v, mask) -> torch.Tensor:
         return flex_attend(q, k, v, mask)
     if isinstance(mask, str):
         return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    if mask is not None and mask.requires_grad and q.device.type == "cpu" and torch.is_grad_enabled():
+        # SDPA's fused CPU kernel has no gradient for the mask, so SDPA falls back to its math path, which also
+        # scales q and k separately and checks every row for being fully masked; this is that math without them
+        # (every row here keeps its diagonal)
+        return torch.softmax((q * q.shape[-1] ** -0.5 @ k.transpose(-2, -1)).add_(mask), dim=-1) @ v
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+# %% ../nbs/02_model.ipynb #5c0a9e22
+def project(module: nn.Module, names: tuple[str, ...], x: torch.Tensor) -> list[torch.Tensor]:
+    "`x` through the bias-free linear layers `names` of `module`; without autograd, as one matrix product."
+    linears = [getattr(module, n) for n in names]
+    if torch.is_grad_enabled() or torch.compiler.is_compiling():
+        return [lin(x) for lin in linears]
+    weights = [lin.weight for lin in linears]
+    key = (names, tuple((w.data_ptr(), w._version) for w in weights))  # _version: in-place updates count too
+    stacked = module.__dict__.get("_stacked")
+    if stacked is None or stacked[0] != key:
+        # keeping the weights referenced keeps their storage, so a data_ptr in the key cannot be reused
+        stacked = module.__dict__["_stacked"] = (key, torch.cat(weights), weights)
+    return list(F.linear(x, stacked[1]).split([lin.out_features for lin in linears], dim=-1))
 
 # %% ../nbs/02_model.ipynb #1df7fab2
 class Attention(nn.Module):
@@ -132,12 +162,13 @@ class Attention(nn.Module):
         self.o = nn.Linear(cfg.d_attn, cfg.d_model, bias=False)
 
     def forward(self, x, mask, pos, cache: KVCache | None = None, layer: int = 0):
-        q, k, v = (rearrange(f(x), "b t (h d) -> b h t d", h=self.n_heads) for f in (self.q, self.k, self.v))
+        b, t, _ = x.shape
+        q, k, v = (y.view(b, t, self.n_heads, -1).transpose(1, 2) for y in project(self, ("q", "k", "v"), x))
         if self.pos_emb == "rope":
             q, k = rope_rotate(q, pos, self.rope_base), rope_rotate(k, pos, self.rope_base)
         if cache is not None:
             k, v = cache.update(layer, k, v)
-        return self.o(rearrange(attend(q, k, v, mask), "b h t d -> b t (h d)"))
+        return self.o(attend(q, k, v, mask).transpose(1, 2).reshape(b, t, -1))
 
 # %% ../nbs/02_model.ipynb #f88b0a23
 class GatedFFN(nn.Module):
@@ -149,7 +180,8 @@ class GatedFFN(nn.Module):
         self.wo = nn.Linear(cfg.d_ff, cfg.d_model, bias=False)
 
     def forward(self, x):
-        return self.wo(F.gelu(self.wi_0(x), approximate="tanh") * self.wi_1(x))
+        gate, up = project(self, ("wi_0", "wi_1"), x)
+        return self.wo(F.gelu(gate, approximate="tanh") * up)
 
 # %% ../nbs/02_model.ipynb #9f4ae0b0
 class Layer(nn.Module):
@@ -214,6 +246,19 @@ def attention_mask_bias(model: DecoderLM, q_pos, k_pos, key_padding=None, dtype=
         bias = model.rel_bias(q_pos, k_pos).to(dtype)
     return bias.masked_fill(~allowed, float("-inf"))
 
+
+@torch.no_grad()
+def cache_masks(model: DecoderLM, cache: KVCache, key_padding=None, dtype=torch.float32) -> None:
+    "Give `cache` what `KVCache.step_mask` cuts each decoding step's mask from (once, at the prompt)."
+    n = cache.k.shape[3]
+    cache.padding = cache.bias = None
+    if key_padding is not None:
+        cache.padding = torch.zeros(key_padding.shape[0], 1, 1, n, dtype=dtype, device=key_padding.device)
+        cache.padding[:, 0, 0, :key_padding.shape[1]].masked_fill_(~key_padding.bool(), float("-inf"))
+    if model.rel_bias is not None:  # row q of the bias is bias[h, q - k] for k = 0 … q: distances q … 0
+        cache.bias = model.rel_bias.by_distance(n, key_padding.device if key_padding is not None else
+                                                model.rel_bias.table.weight.device).flip(-1).to(dtype)[None, :, None]
+
 # %% ../nbs/02_model.ipynb #57f728ff
 _BLOCK_MASKS: dict = {}
 
@@ -251,16 +296,21 @@ def layer_mask(model: DecoderLM, q_pos, k_pos, key_padding=None, dtype=torch.flo
 @patch
 def forward(self: DecoderLM, idx: torch.Tensor, targets: torch.Tensor | None = None,
              attention_mask: torch.Tensor | None = None, cache: KVCache | None = None):
-    "Logits (b, t, n_vocab) and, if `targets` is given, the mean cross-entropy (ignore_index -100)."
-    start = cache.length if cache is not None else 0
-    q_pos = torch.arange(start, start + idx.shape[1], device=idx.device)
-    k_pos = torch.arange(0, start + idx.shape[1], device=idx.device)
+    """Logits (b, t, n_vocab) and, if `targets` is given, the mean cross-entropy (ignore_index -100).
+    With a `cache`, `attention_mask` is read at the first call (the prompt); later positions are real tokens."""
+    start, t = (cache.length if cache is not None else 0), idx.shape[1]
+    q_pos = torch.arange(start, start + t, device=idx.device)
     x = self.embed(idx)
-    mask = layer_mask(self, q_pos, k_pos, attention_mask, dtype=x.dtype if x.is_floating_point() else torch.float32)
+    if cache is not None and start > 0 and t == 1:  # a decoding step: cut from what the cache keeps
+        mask = cache.step_mask()
+    else:
+        mask = layer_mask(self, q_pos, torch.arange(0, start + t, device=idx.device), attention_mask, dtype=x.dtype)
+        if cache is not None and start == 0:
+            cache_masks(self, cache, attention_mask, x.dtype)
     for i, layer in enumerate(self.layers):
         x = layer(x, mask, q_pos, cache, i)
     if cache is not None:
-        cache.length += idx.shape[1]
+        cache.length += t
     logits = self.lm_head(self.norm(x))
     if targets is None:
         return logits, None
@@ -279,23 +329,29 @@ def generate(self: DecoderLM, idx: torch.Tensor, max_new_tokens: int, eos_id: in
              use_cache: bool = True, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
     "Greedy continuation of `idx` (b, t): returns (b, t + new) with new <= max_new_tokens."
     b, t = idx.shape
-    mask = torch.ones_like(idx) if attention_mask is None else attention_mask.to(idx.device)
+    out = torch.empty(b, t + max_new_tokens, dtype=idx.dtype, device=idx.device)  # filled column by column
+    out[:, :t] = idx
+    mask = torch.ones_like(out)  # a padding mask even without padding: decoding never takes the flex path
+    if attention_mask is not None:
+        mask[:, :t] = attention_mask
     cache = None
     if use_cache:
         cache = KVCache(len(self.layers), b, self.cfg.n_heads, t + max_new_tokens,
                         self.cfg.d_attn // self.cfg.n_heads, device=idx.device, dtype=self.embed.weight.dtype)
-    logits = self(idx, attention_mask=mask, cache=cache)[0][:, -1]
+    logits = self(idx, attention_mask=mask[:, :t], cache=cache)[0][:, -1]
     done = torch.zeros(b, dtype=torch.bool, device=idx.device)
-    out = idx
+    end = t
     for _ in range(max_new_tokens):
         nxt = logits.argmax(-1)
         if eos_id is not None:
             nxt = torch.where(done, torch.full_like(nxt, eos_id), nxt)
             done = done | (nxt == eos_id)
-        out = torch.cat([out, nxt[:, None]], dim=1)
-        mask = torch.cat([mask, torch.ones_like(nxt[:, None])], dim=1)
+        out[:, end] = nxt
+        end += 1
         if eos_id is not None and done.all():
             break
-        step_input = nxt[:, None] if use_cache else out
-        logits = self(step_input, attention_mask=mask, cache=cache)[0][:, -1]
-    return out
+        if use_cache:
+            logits = self(out[:, end - 1:end], cache=cache)[0][:, -1]
+        else:
+            logits = self(out[:, :end], attention_mask=mask[:, :end])[0][:, -1]
+    return out[:, :end]

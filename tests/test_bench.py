@@ -31,17 +31,19 @@ def test_cli_bench_cpu_records_both_models(tmp_path):
     assert run["config"]["n_ctx"] == 32 and run["config"]["size_class"] == "tiny"
     text = results.read_text()
     assert text.startswith("# Benchmark results") and f"torch {torch.__version__}" in text and "pytest" in text
+    assert "torch.compile off (default on the CPU for runs of >= 300 steps; this one has 3)" in text
+    assert "eager (no torch.compile)" in text  # decoding
     assert cli_bench(argv[:-2]) == 0  # a second run appends a second section
     assert results.read_text().count("\n### ") == 2
 
 
-def test_cli_bench_rejects_bad_arguments():
-    with pytest.raises(ValueError, match="'xformers' is not one of"):
-        cli_bench(["--device", "cpu", "--attn-impl", "xformers"])
-    with pytest.raises(SystemExit):
-        cli_bench(["--device", "cpu", "--parts", "train,fly"])
-    with pytest.raises(ValueError, match="must divide the paper's global batch 128"):
-        cli_bench(["--device", "cpu", "--batch", "3", "--paper-batch"])
+def test_cli_bench_rejects_bad_arguments(capsys):
+    for argv, message in [(["--attn-impl", "xformers"], "'xformers' is not one of"),
+                          (["--parts", "train,fly"], "unknown part 'fly'; parts: train, decode, cogs, midas"),
+                          (["--batch", "3", "--paper-batch"], "must divide the paper's global batch 128")]:
+        assert cli_bench(["--device", "cpu", *argv]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("depthnb bench: error: ") and message in err and err.count("\n") == 1, err
 
 
 def test_cli_bench_midas_and_cogs_parts(tmp_path):

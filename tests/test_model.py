@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from depthnb.config import SIZE_CLASSES, ModelConfig
-from depthnb.model import DecoderLM, extra_params
+from depthnb.model import DecoderLM, KVCache, attend, attention_mask_bias, cache_masks, extra_params, project
 from depthnb.solver import model_config, model_params
 
 SMALL = ModelConfig(d_model=32, d_attn=32, n_heads=4, d_ff=48, n_layers=3, n_vocab=97, n_ctx=64)
@@ -81,3 +81,44 @@ def test_backward_reaches_bias_table_and_every_layer():
     m(idx, targets=idx)[1].backward()
     assert m.rel_bias.table.weight.grad.abs().sum() > 0
     assert all(l.attn.q.weight.grad.abs().sum() > 0 for l in m.layers)
+
+
+def test_cpu_training_attention_matches_sdpa_values_and_bias_gradient():
+    "`attend`'s own softmax attention (a trained bias on the CPU) computes what SDPA's math path computes."
+    torch.manual_seed(0)
+    m = DecoderLM(SMALL)
+    torch.nn.init.normal_(m.rel_bias.table.weight, std=1.0)
+    q, k, v = (torch.randn(2, SMALL.n_heads, 10, 8, requires_grad=True) for _ in range(3))
+    pos = torch.arange(10)
+    inputs = [q, k, v, m.rel_bias.table.weight]
+    ours = attend(q, k, v, attention_mask_bias(m, pos, pos))
+    ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=attention_mask_bias(m, pos, pos))
+    torch.testing.assert_close(ours, ref)
+    for g, r in zip(torch.autograd.grad(ours.square().sum(), inputs), torch.autograd.grad(ref.square().sum(), inputs)):
+        torch.testing.assert_close(g, r)
+
+
+def test_decoding_step_mask_is_the_row_of_the_additive_mask():
+    torch.manual_seed(0)
+    for pos_emb in ("t5", "rope"):
+        m = DecoderLM(replace(SMALL, pos_emb=pos_emb))
+        padding = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]])
+        cache = KVCache(SMALL.n_layers, 2, SMALL.n_heads, 8, 8)
+        cache_masks(m, cache, padding)
+        full = torch.cat([padding, torch.ones(2, 3, dtype=torch.long)], 1)
+        for p in range(5, 8):
+            cache.length = p
+            expected = attention_mask_bias(m, torch.tensor([p]), torch.arange(p + 1), full[:, :p + 1])
+            assert torch.equal(cache.step_mask().expand_as(expected), expected)
+
+
+def test_stacked_projections_match_separate_ones_and_follow_weight_updates():
+    torch.manual_seed(0)
+    m = DecoderLM(SMALL)
+    layer, x = m.layers[0], torch.randn(2, 5, SMALL.d_model)
+    with torch.no_grad():
+        for mod, names in ((layer.attn, ("q", "k", "v")), (layer.ffn, ("wi_0", "wi_1"))):
+            for y, name in zip(project(mod, names, x), names):
+                torch.testing.assert_close(y, getattr(mod, name)(x))
+        layer.attn.k.weight.add_(1.0)  # as an optimizer step does, in place
+        torch.testing.assert_close(project(layer.attn, ("q", "k", "v"), x)[1], layer.attn.k(x))
