@@ -22,7 +22,7 @@ from .config import (CommandParser, DataConfig, FinetuneConfig, Preset, UsageErr
                             choices, family_from_args, from_dict, get_preset, preset_from_args,
                             preset_size_class, to_dict)
 from .data import GENERALIZATION_SPLIT, TASKS, load_task, load_tokenizer, train_tokenizer
-from .model import DecoderLM
+from .model import DecoderLM, generate_many
 from .train import (check_finite, autocast, lr_at, make_optimizer, maybe_compile, resolve_device,
                            set_lr, train_step)
 from .runs import (MetricsLog, atomic_write, finetune_run_dir, is_done, latest_checkpoint, load_model,
@@ -90,36 +90,17 @@ class BatchSchedule:
         return self.epoch(e)[i]
 
 # %% ../nbs/07_finetune.ipynb #d7296f28
-def _left_pad(prompts: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    n = max(map(len, prompts))
-    idx = torch.full((len(prompts), n), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(prompts), n), dtype=torch.long)
-    for i, p in enumerate(prompts):
-        idx[i, n - len(p):], mask[i, n - len(p):] = torch.tensor(p), 1
-    return idx, mask
-
-
 @torch.no_grad()
 def greedy_decode(model: DecoderLM, tokenizer, sources: list[str], *, batch_size: int = 64,
                   max_new_tokens: int = 128, use_cache: bool = True, device=None, bf16: bool = True,
                   progress: bool = False) -> list[str]:
     "Greedy outputs (decoded, up to EOS) for `sources`, batched with left padding and the KV cache."
     device = torch.device(device) if device is not None else next(model.parameters()).device
-    was_training = model.training
-    model.eval()
     prompts = [tokenizer.encode(s) + [tokenizer.sep_id] for s in sources]
-    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
-    out: list[str] = [""] * len(prompts)
-    for start in tqdm(range(0, len(order), batch_size), disable=not progress, desc="decode", leave=False):
-        ids = order[start : start + batch_size]
-        idx, mask = _left_pad([prompts[i] for i in ids], tokenizer.pad_id)
-        with autocast(device, bf16):
-            gen = model.generate(idx.to(device), max_new_tokens, eos_id=tokenizer.eos_id, use_cache=use_cache,
-                                 attention_mask=mask.to(device))
-        for i, row in zip(ids, gen[:, idx.shape[1]:].tolist()):
-            out[i] = tokenizer.decode(row[: row.index(tokenizer.eos_id)] if tokenizer.eos_id in row else row)
-    model.train(was_training)
-    return out
+    with autocast(device, bf16):
+        ids = generate_many(model, prompts, max_new_tokens, tokenizer.pad_id, tokenizer.eos_id, batch_size,
+                            use_cache, progress)
+    return [tokenizer.decode(row) for row in ids]
 
 # %% ../nbs/07_finetune.ipynb #f894b5f3
 def normalize(text: str) -> str:

@@ -12,6 +12,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from fastcore.basics import patch
+from tqdm.auto import tqdm
 from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex_attention
 
 from .config import ModelConfig
@@ -19,7 +20,7 @@ from .config import ModelConfig
 # %% auto #0
 __all__ = ['CAUSAL', 'relative_position_bucket', 'RelativePositionBias', 'rope_rotate', 'KVCache', 'FlexMask', 'flex_attend',
            'attend', 'project', 'Attention', 'GatedFFN', 'Layer', 'DecoderLM', 'attention_mask_bias', 'cache_masks',
-           'causal_block_mask', 'flex_mask', 'layer_mask', 'extra_params']
+           'causal_block_mask', 'flex_mask', 'layer_mask', 'extra_params', 'generate_many']
 
 # %% ../nbs/02_model.ipynb #d9e2b4dd
 def relative_position_bucket(distance: torch.Tensor, n_buckets: int = 32, max_distance: int = 128) -> torch.Tensor:
@@ -355,3 +356,26 @@ def generate(self: DecoderLM, idx: torch.Tensor, max_new_tokens: int, eos_id: in
         else:
             logits = self(out[:, :end], attention_mask=mask[:, :end])[0][:, -1]
     return out[:, :end]
+
+# %% ../nbs/02_model.ipynb #0c94906d
+@torch.no_grad()
+def generate_many(model: nn.Module, prompts: list[list[int]], max_new_tokens: int, pad_id: int, eos_id: int,
+                  batch_size: int = 64, use_cache: bool = True, progress: bool = False) -> list[list[int]]:
+    "Greedy continuations (token ids, up to EOS) of prompts of any lengths by `model.generate`: batched by length, left-padded."
+    was_training, device = model.training, next(model.parameters()).device
+    model.eval()
+    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+    out: list[list[int]] = [[] for _ in prompts]
+    for start in tqdm(range(0, len(order), batch_size), disable=not progress, desc="decode", leave=False):
+        batch = order[start:start + batch_size]
+        n = max(len(prompts[i]) for i in batch)
+        idx = torch.full((len(batch), n), pad_id, dtype=torch.long)
+        mask = torch.zeros_like(idx)
+        for row, i in enumerate(batch):
+            idx[row, n - len(prompts[i]):], mask[row, n - len(prompts[i]):] = torch.tensor(prompts[i]), 1
+        gen = model.generate(idx.to(device), max_new_tokens, eos_id=eos_id, use_cache=use_cache,
+                             attention_mask=mask.to(device))
+        for i, row in zip(batch, gen[:, n:].tolist()):
+            out[i] = row[:row.index(eos_id)] if eos_id in row else row
+    model.train(was_training)
+    return out

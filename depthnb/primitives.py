@@ -23,6 +23,7 @@ import torch.nn.functional as F
 
 from .config import PrimitiveConfig
 from .train import make_optimizer
+from .model import generate_many
 
 # %% auto #0
 __all__ = ['PRIMITIVE_TASKS', 'LETTERS', 'COPY_SEQ_LEN', 'COPY_SUB_LEN', 'N_VARS', 'VALUE_RANGE', 'DIGITS', 'ARITHMETIC_SHOTS',
@@ -329,25 +330,10 @@ def answer_ids(tokenizer, prompt: str, target: str) -> list[int]:
 @torch.no_grad()
 def complete(model: nn.Module, tokenizer, prompts: list[str], max_new_tokens: int, batch_size: int = 16) -> list[str]:
     "Greedy continuations of `prompts` (decoded text, up to EOS or `max_new_tokens`)."
-    device = next(model.parameters()).device
-    was_training = model.training
-    model.eval()
-    ids = [tokenizer.encode(p) for p in prompts]
-    order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
-    out = [""] * len(ids)
-    with output_layer(model, LastPositionHead(model.lm_head)):
-        for start in range(0, len(order), batch_size):
-            batch = order[start:start + batch_size]
-            n = max(len(ids[i]) for i in batch)
-            idx = torch.full((len(batch), n), tokenizer.pad_id, dtype=torch.long)
-            mask = torch.zeros((len(batch), n), dtype=torch.long)
-            for r, i in enumerate(batch):
-                idx[r, n - len(ids[i]):], mask[r, n - len(ids[i]):] = torch.tensor(ids[i]), 1
-            gen = model.generate(idx.to(device), max_new_tokens, eos_id=tokenizer.eos_id, attention_mask=mask.to(device))
-            for i, row in zip(batch, gen[:, n:].tolist()):
-                out[i] = tokenizer.decode(row[:row.index(tokenizer.eos_id)] if tokenizer.eos_id in row else row)
-    model.train(was_training)
-    return out
+    with output_layer(model, LastPositionHead(model.lm_head)):  # logits of the last position only
+        ids = generate_many(model, [tokenizer.encode(p) for p in prompts], max_new_tokens, tokenizer.pad_id,
+                            tokenizer.eos_id, batch_size)
+    return [tokenizer.decode(row) for row in ids]
 
 # %% ../nbs/04_primitives.ipynb #78691cb5
 def evaluate_task(model: nn.Module, tokenizer, task: str, n: int = 1000, shots: int = 5, seed: int = 0,

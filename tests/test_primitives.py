@@ -249,7 +249,7 @@ class Reader(nn.Module):
         self.task, self.tok, self.extra = task, tokenizer, extra
         self.lm_head = nn.Linear(1, 1)
 
-    def generate(self, idx, max_new_tokens, eos_id=None, attention_mask=None):
+    def generate(self, idx, max_new_tokens, eos_id=None, use_cache=True, attention_mask=None):
         rows = []
         for ids, mask in zip(idx.tolist(), attention_mask.tolist()):
             assert mask == sorted(mask) and ids[:mask.count(0)] == [self.tok.pad_id] * mask.count(0)  # left-padded
