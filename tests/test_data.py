@@ -7,7 +7,6 @@ import shutil
 import threading
 import time
 from collections import Counter
-from pathlib import Path
 
 import numpy as np
 import pytest

@@ -6,34 +6,29 @@ DEPTHNB_BROWSER_TESTS=1 (set it where CI installs them) turns a missing piece in
 Screenshots: runs/docs-screenshots/.
 """
 import json
-import os
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from depthnb import docs
+sys.path.insert(0, str(Path(__file__).parent))
+from _browser import CHROMIUM, require  # noqa: E402
+
+from depthnb import docs  # noqa: E402
 
 pytestmark = pytest.mark.browser
 
 ROOT = Path(__file__).resolve().parent.parent
 SCREENSHOTS = ROOT / "runs" / "docs-screenshots"
-CHROMIUM = os.environ.get("DEPTHNB_CHROMIUM", "/usr/bin/chromium")
 
-
-def _require(ok: bool, why: str):
-    if ok:
-        return
-    if os.environ.get("DEPTHNB_BROWSER_TESTS") == "1":
-        pytest.fail(why)
-    pytest.skip(why)
 
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
     missing = docs.missing_requirements(docs.DOCS_REQUIREMENTS + docs.BROWSER_REQUIREMENTS)
-    _require(not missing, f"missing {missing}: run `.venv/bin/python -m depthnb.docs deps --browser`")
-    _require(Path(CHROMIUM).exists(), f"{CHROMIUM} missing: apt-get install chromium")
+    require(not missing, f"missing {missing}: run `.venv/bin/python -m depthnb.docs deps --browser`")
+    require(Path(CHROMIUM).exists(), f"{CHROMIUM} missing: apt-get install chromium")
     t0 = time.time()
     build = docs.build_docs(ROOT, tmp_path_factory.mktemp("site"), log=lambda *a: None)
     print(f"docs build: {time.time() - t0:.0f} s, {len(build.pages)} pages")

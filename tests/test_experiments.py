@@ -2,7 +2,6 @@
 `depthnb.cli.reproduce` (papermill) at a scale below `tiny`; every figure and table the report indexes; a rerun
 that finds everything done; a failing notebook named with its cell."""
 import json
-from pathlib import Path
 
 import pandas as pd
 import pytest

@@ -9,7 +9,6 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-import torch
 
 from depthnb import data as D
 from test_data import SMALL

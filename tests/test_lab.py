@@ -18,22 +18,17 @@ from pathlib import Path
 
 import pytest
 
-from depthnb import docs
+sys.path.insert(0, str(Path(__file__).parent))
+from _browser import CHROMIUM, require  # noqa: E402
+
+from depthnb import docs  # noqa: E402
 
 pytestmark = pytest.mark.browser
 
 ROOT = Path(__file__).resolve().parent.parent
-CHROMIUM = os.environ.get("DEPTHNB_CHROMIUM", "/usr/bin/chromium")
 NOTEBOOK = "01_solver.ipynb"
 CELL = "pd.DataFrame(SIZE_CLASSES.values())"  # its output lists the paper's size classes
 
-
-def _require(ok: bool, why: str):
-    if ok:
-        return
-    if os.environ.get("DEPTHNB_BROWSER_TESTS") == "1":
-        pytest.fail(why)
-    pytest.skip(why)
 
 
 def _free_port() -> int:
@@ -45,8 +40,8 @@ def _free_port() -> int:
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
     missing = docs.missing_requirements(docs.BROWSER_REQUIREMENTS)
-    _require(not missing, f"missing {missing}: run `.venv/bin/python -m depthnb.docs deps --browser`")
-    _require(Path(CHROMIUM).exists(), f"{CHROMIUM} missing: apt-get install chromium")
+    require(not missing, f"missing {missing}: run `.venv/bin/python -m depthnb.docs deps --browser`")
+    require(Path(CHROMIUM).exists(), f"{CHROMIUM} missing: apt-get install chromium")
     port, token = _free_port(), secrets.token_hex(16)
     home = tmp_path_factory.mktemp("lab-home")  # workspace and settings of a first-time user
     root = tmp_path_factory.mktemp("lab-root")  # a copy: JupyterLab autosaves the notebook it runs

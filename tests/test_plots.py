@@ -1,5 +1,4 @@
 "Every figure function renders from a small fixture and is saved with its caption (set DEPTHNB_TEST_FIGURES=DIR to keep the images)."
-import math
 import os
 from dataclasses import replace
 from pathlib import Path
