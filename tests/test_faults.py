@@ -1,14 +1,16 @@
 """Runs that survive what users do to them: a SIGKILL halfway through writing a checkpoint or a metrics record,
 followed by a rerun that ends bit-identical to an uninterrupted run; and a second process on a busy run, refused
-at once (exit status 2, one line) without touching the first's record. Full disks: nbs/02a_runs.ipynb; damaged
+at once (exit status 2, one line) without touching the first's record; `depthnb reproduce` killed with its
+kernel and workers in the middle of a training notebook, then rerun. Full disks: nbs/02a_runs.ipynb; damaged
 caches: tests/test_faults_data.py."""
+import contextlib
 import io
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
-from contextlib import redirect_stderr
 from pathlib import Path
 
 import pytest
@@ -65,7 +67,7 @@ def test_second_process_on_a_busy_run_is_refused(tmp_path):
             time.sleep(0.1)
         before = {p: p.stat().st_mtime_ns for p in run.rglob("*") if p.is_file()}
         err = io.StringIO()
-        with redirect_stderr(err):
+        with contextlib.redirect_stderr(err):
             code = cli_pretrain(args[1:])
         assert first.poll() is None, "the first process finished before the second started: give it more steps"
         assert code == 2
@@ -78,3 +80,53 @@ def test_second_process_on_a_busy_run_is_refused(tmp_path):
     steps = read_metrics(run, "train").step.tolist()
     assert steps == sorted(set(steps)), "every step once"
     assert json.loads((run / "DONE").read_text())["step"] == 300
+
+
+def _process_tree(root: int) -> list[int]:
+    "`root` and every process below it (from /proc: the kernel and workers that `reproduce` starts)."
+    parents = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parents[int(stat.parent.name)] = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+    tree, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        tree.append(pid)
+        todo += [p for p, parent in parents.items() if parent == pid]
+    return tree
+
+
+REPRODUCE = ["--preset", "tiny", "--only", "petty_pretrain", "--seeds", "1", "--set", "pretrain.steps=40",
+             "--set", "pretrain.ckpt_every=10", "--set", "depths={'tiny': (1, 2)}"]
+
+
+def _reproduce(runs: Path, figures: Path) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", "import sys; from depthnb.cli import main; sys.exit(main())",
+                             "reproduce", *REPRODUCE, "--runs-dir", str(runs), "--figures-dir", str(figures)],
+                            env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc to find the kernel and its workers")
+def test_reproduce_killed_in_a_notebook_then_rerun_is_bit_identical(tmp_path):
+    reference = _reproduce(tmp_path / "ref_runs", tmp_path / "ref_figures")
+    assert reference.wait(900) == 0, reference.stderr.read().decode()[-3000:]
+    runs = tmp_path / "runs"
+    killed = _reproduce(runs, tmp_path / "figures")
+    for _ in range(6000):  # until a pretraining run of the notebook has a checkpoint, and is not done
+        if any(not (ckpt.parent.parent / "DONE").exists() for ckpt in runs.glob("tiny/pretrain/*/*/checkpoints/*.pt")):
+            break
+        assert killed.poll() is None, killed.stderr.read().decode()[-3000:]
+        time.sleep(0.1)
+    for pid in _process_tree(killed.pid):  # the whole tree at once, as a power cut would
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    killed.wait()
+    rerun = _reproduce(runs, tmp_path / "figures")
+    assert rerun.wait(900) == 0, rerun.stderr.read().decode()[-3000:]
+    finals = sorted(p.relative_to(tmp_path / "ref_runs") for p in (tmp_path / "ref_runs").rglob("pretrain/*/*/final.pt"))
+    assert len(finals) == 2
+    for final in finals:
+        assert identical_weights(tmp_path / "ref_runs" / final, runs / final), final
