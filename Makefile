@@ -38,8 +38,9 @@ install: $(STAMP)
 reproduce: install
 	$(BIN)/depthnb reproduce --preset $(PRESET)
 
+# Two notebooks at once, one thread each: two torch processes with two threads each on two cores run far slower.
 test: install
-	$(BIN)/nbdev_test --n_workers 2 --timing
+	OMP_NUM_THREADS=1 $(BIN)/nbdev_test --n_workers 2 --timing
 	$(BIN)/python -m pytest -q tests
 
 export: install
