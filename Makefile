@@ -41,7 +41,7 @@ reproduce: install
 # Two notebooks at once, one thread each: two torch processes with two threads each on two cores run far slower.
 test: install
 	OMP_NUM_THREADS=1 $(BIN)/nbdev_test --n_workers 2 --timing
-	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q -n 2 tests
 
 export: install
 	$(BIN)/nbdev_export
