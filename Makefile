@@ -39,9 +39,10 @@ reproduce: install
 	$(BIN)/depthnb reproduce --preset $(PRESET)
 
 # Two notebooks at once, one thread each: two torch processes with two threads each on two cores run far slower.
+# pytest on both cores, a test file per worker: module fixtures (the docs build in _proc/, the pipeline run) once.
 test: install
 	OMP_NUM_THREADS=1 $(BIN)/nbdev_test --n_workers 2 --timing
-	$(BIN)/python -m pytest -q -n 2 tests
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile tests
 
 export: install
 	$(BIN)/nbdev_export
