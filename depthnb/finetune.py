@@ -8,7 +8,6 @@ from __future__ import annotations
 import copy
 import functools
 import json
-import math
 import time
 from collections import defaultdict
 from dataclasses import replace
@@ -16,25 +15,23 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from tqdm.auto import tqdm
 
 from .config import (CommandParser, DataConfig, FinetuneConfig, Preset, UsageError, add_family_args,
                             choices, family_from_args, from_dict, get_preset, preset_from_args,
                             preset_size_class, to_dict)
 from .data import GENERALIZATION_SPLIT, TASKS, load_task, load_tokenizer, train_tokenizer
 from .model import DecoderLM, generate_many
-from .train import (check_finite, autocast, lr_at, make_optimizer, maybe_compile, resolve_device,
-                           set_lr, train_step)
-from .runs import (MetricsLog, atomic_write, finetune_run_dir, is_done, latest_checkpoint, load_model,
-                          mark_done, pretrain_run_dir, read_config, rng_state, run_lock, save_checkpoint,
-                          save_weights, set_rng_state, source_run_dir, step_file, write_or_check_config)
+from .train import (LoopHooks, LoopSchedule, Window, autocast, finished_run, job_lock, make_optimizer,
+                           maybe_compile, resolve_device, train_loop)
+from .runs import (atomic_write, finetune_run_dir, is_done, load_model, pretrain_run_dir, read_config,
+                          source_run_dir)
 
 
 # %% auto #0
 __all__ = ['encode_example', 'lm_pair', 'collate', 'bucket_batches', 'BatchSchedule', 'greedy_decode', 'normalize', 'exact_match',
            'token_batches', 'target_loss', 'evaluate', 'run_tokenizer', 'in_distribution_split', 'generalization_split',
-           'LazyPairs', 'cached_task', 'finetune', 'finetune_config', 'evaluate_run', 'finetune_job', 'finetune_parser',
-           'finetune_selection', 'cli_finetune', 'cli_evaluate']
+           'LazyPairs', 'cached_task', 'finetune', 'finetune_schedule', 'finetune_config', 'evaluate_run',
+           'finetune_job', 'finetune_parser', 'finetune_selection', 'cli_finetune', 'cli_evaluate']
 
 # %% ../nbs/07_finetune.ipynb #e96f4856
 def encode_example(tokenizer, source: str, target: str) -> tuple[list[int], int]:
@@ -247,8 +244,16 @@ def cached_task(name: str):
 def finetune(model_or_run, task: str, config: FinetuneConfig, run_dir: Path | str, *, tokenizer=None,
              dataset=None, progress: bool = True, log=print) -> DecoderLM:
     "Fine-tune a pretrained model (object or run/snapshot path) on `task` in `run_dir`; resumes; returns the model."
-    with run_lock(run_dir):
+    with job_lock(run_dir):
         return _finetune(model_or_run, task, config, Path(run_dir), tokenizer, dataset, progress, log)
+
+
+def finetune_schedule(config: FinetuneConfig) -> LoopSchedule:
+    "Fine-tuning's `LoopSchedule`: warm-up then a constant rate; evaluation and a checkpoint every `eval_every` steps, snapshots at `n_snapshots` of them."
+    eval_steps = sorted(set(range(config.eval_every, config.steps + 1, config.eval_every)) | {config.steps})
+    return LoopSchedule(begin=0, stop=config.steps, steps=config.steps, lr=config.lr, warmup_steps=config.warmup_steps,
+                        min_lr_ratio=1.0, log_every=max(1, config.eval_every // 10), eval_every=config.eval_every,
+                        ckpt_every=config.eval_every, snapshots=frozenset(_even_pick(eval_steps, config.n_snapshots)))
 
 
 def _finetune(model_or_run, task: str, config: FinetuneConfig, run_dir: Path, tokenizer, dataset, progress: bool,
@@ -264,78 +269,35 @@ def _finetune(model_or_run, task: str, config: FinetuneConfig, run_dir: Path, to
         tokenizer = tokenizer or run_tokenizer(source_run_dir(source))
     record = dict(kind="finetune", config=to_dict(config), task=task, source=str(source) if source else None,
                   tokenizer=str(Path(tokenizer.path).resolve()), model_config=to_dict(model.cfg))
-    write_or_check_config(run_dir, record)
-    if is_done(run_dir):
-        log(f"{run_dir}: finished already (step {config.steps}); loading final.pt")
-        return load_model(run_dir, device).train()
+    finished = finished_run(run_dir, record, device, say=log)
+    if finished is not None:
+        return finished
 
     dataset = dataset if dataset is not None else cached_task(task)
     pairs = LazyPairs(tokenizer, dataset["train"])
+    batches = BatchSchedule(pairs.lengths, config.batch_size, config.seed)
     id_name = in_distribution_split(dataset)
     id_split = _fixed_subset(dataset[id_name], config.eval_examples)
-    schedule = BatchSchedule(pairs.lengths, config.batch_size, config.seed)
 
-    ckpt_path, state = latest_checkpoint(run_dir, log=log)
-    begin, last_ckpt = 0, None
-    if state is not None:
-        model.load_state_dict(state["model"])
+    def batch(s: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        x, y = collate(pairs(batches(s)), tokenizer.pad_id)
+        return [(x.to(device), y.to(device))]
+
+    def evaluate(m: DecoderLM) -> dict[str, float]:
+        return {id_name: target_loss(m, tokenizer, list(id_split["input"]), list(id_split["target"]),
+                                     batch_size=config.eval_batch_size, device=device, bf16=config.bf16)}
+
+    def train_record(w: Window) -> dict:
+        return dict(kind="train", step=w.step, loss=w.loss, lr=w.lr, grad_norm=w.grad_norm,
+                    examples_per_s=w.steps * batches.batch_size / w.seconds)
+
+    hooks = LoopHooks(batch, evaluate, train_record, wrap=lambda m: maybe_compile(m, config.compile, device, dynamic=True))
     model.to(device).train()
     optimizer = make_optimizer(model, config.optimizer, config.lr, config.weight_decay, fused=True)
-    if state is not None:
-        optimizer.load_state_dict(state["optimizer"])
-        set_rng_state(state["rng"])
-        begin = last_ckpt = state["step"]
-        log(f"{run_dir}: resuming from {ckpt_path.name} (step {begin} of {config.steps})")
-    else:
-        torch.manual_seed(config.seed)
-    metrics = MetricsLog(run_dir)
-    metrics.truncate(begin)
-
-    eval_steps = sorted(set(range(config.eval_every, config.steps + 1, config.eval_every)) | {config.steps})
-    snaps = set(_even_pick(eval_steps, config.n_snapshots))
-    log_every = max(1, config.eval_every // 10)
-    precision = lambda: autocast(device, config.bf16)
-    train_model = maybe_compile(model, config.compile, device, dynamic=True)
-    window, t_window = [], time.perf_counter()
-    bar = tqdm(total=config.steps, initial=begin, disable=not progress, desc=f"{task} {run_dir.name}", leave=False)
-    for s in range(begin, config.steps):
-        lr = lr_at(s, config.lr, config.steps, config.warmup_steps, min_lr_ratio=1.0)
-        set_lr(optimizer, lr)
-        x, y = collate(pairs(schedule(s)), tokenizer.pad_id)
-        seen = {}
-
-        def check(loss, grad_norm):
-            seen.update(loss=loss.item(), grad_norm=grad_norm.item())
-            check_finite(seen["loss"], seen["grad_norm"], s + 1, run_dir, last_ckpt)
-
-        train_step(train_model, optimizer, [(x.to(device), y.to(device))], config.grad_clip, precision,
-                   params=model.parameters(), before_update=check)
-        step = s + 1
-        window.append(seen["loss"])
-        bar.update(1)
-        if step % log_every == 0 or step == config.steps:
-            metrics.write(kind="train", step=step, loss=sum(window) / len(window), lr=lr, grad_norm=seen["grad_norm"],
-                          examples_per_s=len(window) * schedule.batch_size / (time.perf_counter() - t_window))
-            bar.set_postfix(loss=f"{sum(window) / len(window):.4f}")
-            window, t_window = [], time.perf_counter()
-        if step in eval_steps:
-            val = target_loss(model, tokenizer, list(id_split["input"]), list(id_split["target"]),
-                              batch_size=config.eval_batch_size, device=device, bf16=config.bf16)
-            metrics.write(kind="eval", step=step, split=id_name, loss=val, ppl=math.exp(min(val, 700)))
-            if step in snaps:
-                rel = Path("snapshots") / step_file(step)
-                save_weights(run_dir / rel, model, step=step)
-                metrics.write(kind="snapshot", step=step, path=str(rel))
-            save_checkpoint(run_dir, dict(step=step, model=model.state_dict(), optimizer=optimizer.state_dict(),
-                                          scheduler=dict(step=step, steps=config.steps), data_position=step,
-                                          rng=rng_state(), config=to_dict(config)))
-            last_ckpt = step
-            t_window = time.perf_counter()
-    bar.close()
-    metrics.close()
-    save_weights(run_dir / "final.pt", model, step=config.steps)
-    mark_done(run_dir, step=config.steps)
-    return model
+    torch.manual_seed(config.seed)  # a resumed run restores the generators from its checkpoint instead
+    return train_loop(run_dir, model, optimizer, finetune_schedule(config), hooks, config=to_dict(config),
+                      grad_clip=config.grad_clip, precision=lambda: autocast(device, config.bf16), progress=progress,
+                      desc=f"{task} {run_dir.name}", say=log)
 
 # %% ../nbs/07_finetune.ipynb #78fb18c2
 def finetune_config(preset: Preset | str, seed: int = 0, task: str | None = None) -> FinetuneConfig:
