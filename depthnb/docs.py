@@ -25,10 +25,10 @@ from .sitecheck import BROWSER_REQUIREMENTS, CHECKED_PAGES, check_site
 # %% auto #0
 __all__ = ['DOCS_REQUIREMENTS', 'SITE_CSS', 'find_root', 'read_settings', 'SitePages', 'site_pages', 'process_notebooks',
            'page_source', 'split_directives', 'front_matter', 'title_and_summary', 'fix_links', 'show_doc_markdown',
-           'myst_notebook', 'fallback_anchors', 'Figure', 'reproduced', 'gallery_myst', 'gallery_markdown', 'page_name',
-           'notebooks_table', 'mathjax_static', 'sphinx_conf', 'toctree', 'insert_after_heading', 'DocsBuild',
-           'missing_requirements', 'install_requirements', 'write_site_source', 'build_docs', 'html_table_markdown',
-           'readme_markdown', 'write_readme', 'main']
+           'myst_notebook', 'fallback_anchors', 'Figure', 'reproduced', 'by_preset', 'gallery_myst', 'gallery_markdown',
+           'page_name', 'notebooks_table', 'mathjax_static', 'sphinx_conf', 'toctree', 'insert_after_heading',
+           'DocsBuild', 'missing_requirements', 'install_requirements', 'write_site_source', 'build_docs',
+           'html_table_markdown', 'readme_markdown', 'write_readme', 'main']
 
 # %% ../nbs/12_docs.ipynb #c2f34bde
 DOCS_REQUIREMENTS = ("sphinx>=8", "myst-nb>=1.2", "sphinx-book-theme>=1.1", "sphinx-mathjax-offline>=0.0.2")
@@ -319,20 +319,25 @@ def _short(caption: str) -> str:
     return re.sub(r"\s*\[[^\]]*\]\s*$", "", caption)
 
 
+def by_preset(figs: list[Figure], tables: list[Figure]) -> dict[str, tuple[list[Figure], list[Figure]]]:
+    "The figures and the tables of each preset, presets in the order they first appear."
+    presets = dict.fromkeys(f.preset for f in figs + tables)
+    return {p: ([f for f in figs if f.preset == p], [t for t in tables if t.preset == p]) for p in presets}
+
+
 def gallery_myst(root: Path, figs: list[Figure], tables: list[Figure]) -> str:
     "The home page's gallery: a grid of figures with captions (MyST), then each table, folded."
     if not figs and not tables:
         return "Nothing reproduced yet: run `make reproduce`, then `make docs`."
     out = []
-    for preset in dict.fromkeys(f.preset for f in figs + tables):
+    for preset, (fs, ts) in by_preset(figs, tables).items():
         out.append(f"### Preset `{preset}`\n")
-        fs = [f for f in figs if f.preset == preset]
         if fs:
             out.append("::::{container} depthnb-gallery")
             for f in fs:
                 out.append(f":::{{figure}} {f.path.as_posix()}\n:alt: {_short(f.caption)}\n\n{f.caption}\n:::")
             out.append("::::\n")
-        for t in (t for t in tables if t.preset == preset):
+        for t in ts:
             body = (root / t.path).read_text().strip().split("\n\n", 1)[-1]
             out.append(f"<details><summary>{html.escape(t.caption)}</summary>\n\n{body}\n\n</details>\n")
     return "\n".join(out)
@@ -343,11 +348,10 @@ def gallery_markdown(figs: list[Figure], tables: list[Figure]) -> str:
     if not figs and not tables:
         return "Nothing reproduced yet: run `make reproduce`."
     out = []
-    for preset in dict.fromkeys(f.preset for f in figs + tables):
+    for preset, (fs, ts) in by_preset(figs, tables).items():
         out.append(f"### Preset `{preset}`\n")
-        for f in (f for f in figs if f.preset == preset):
+        for f in fs:
             out.append(f"![{_short(f.caption)}]({f.path.as_posix()})\n\n*{f.caption}*\n")
-        ts = [t for t in tables if t.preset == preset]
         if ts:
             out.append("Tables:\n\n" + "\n".join(f"- [{t.path.stem}]({t.path.as_posix()}): {t.caption}" for t in ts) + "\n")
     return "\n".join(out)
