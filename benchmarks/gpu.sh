@@ -16,7 +16,9 @@ if ! python3 -c "import fastcore" 2>/dev/null && ls .whl/*.whl >/dev/null 2>&1; 
 fi
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 bench() { python3 -c 'import sys; from depthnb.bench import cli_bench; sys.exit(cli_bench(sys.argv[1:]))' "$@"; }
-nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.max.sm,temperature.gpu --format=csv | tee "$OUT/gpu_$stage.txt"
+if command -v nvidia-smi >/dev/null; then  # absent on the CPU (gpu_plan.py's rehearsal)
+  nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.max.sm,temperature.gpu --format=csv | tee "$OUT/gpu_$stage.txt"
+fi
 rc=0
 case $stage in
   tests)  # the CUDA paths: FlexAttention vs SDPA (values and gradients), compiled bf16 training, the CLI

@@ -18,7 +18,6 @@ import hashlib
 import json
 import math
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -28,6 +27,8 @@ import tempfile
 import time
 from dataclasses import dataclass, replace
 from importlib import metadata
+
+from packaging.requirements import Requirement
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -49,6 +50,7 @@ CARRY_BYTES = 64 * 2**20  # the working tree plus carried paths
 OUT_FILES, OUT_FILE_BYTES = 8, 16 * 2**20  # files back from $OUT, and each one's size
 RESERVE_SECONDS = 20  # kept at the end of a call to pack $OUT
 MIN_SCIENCE_SECONDS = 60  # a resumable stage is started only with this much time left
+MAX_FAILURES = 2  # a stage that failed this often is not started again
 
 PEAK_FLOPS = 989e12  # H100 SXM / H200 dense bf16 (train.PEAK_FLOPS)
 PRETRAIN_MFU = 0.20  # assumed: eager bf16 at d_model 512 (the trainer's compiled runs may do better)
@@ -185,7 +187,7 @@ def wheel_names() -> list[str]:
     image = set(_norm(n) for n in DEVICE_IMAGE.split())
     cfg = configparser.ConfigParser(delimiters=["="])
     cfg.read(ROOT / "settings.ini")
-    todo = [re.split(r"[<>=!~;\[ ]", r)[0] for r in cfg["DEFAULT"]["requirements"].split()]
+    todo = [Requirement(r).name for r in cfg["DEFAULT"]["requirements"].split()]
     seen, out = set(), []
     while todo:
         name = _norm(todo.pop())
@@ -197,11 +199,15 @@ def wheel_names() -> list[str]:
         except metadata.PackageNotFoundError:
             raise UsageError(f"{name} (needed on the device) is not installed here; run `make install` first") from None
         out.append(f"{dist.metadata['Name']}=={dist.version}")
-        for req in dist.requires or []:
-            if "extra ==" not in req and "platform_system == \"Windows\"" not in req \
-                    and "sys_platform == \"win32\"" not in req and "python_version < \"3.1" not in req:
-                todo.append(re.split(r"[<>=!~;\[ (]", req)[0])
+        for req in map(Requirement, dist.requires or []):
+            if req.marker is None or req.marker.evaluate(DEVICE_MARKERS):
+                todo.append(req.name)
     return sorted(out, key=str.lower)
+
+
+DEVICE_MARKERS = dict(python_version="3.12", python_full_version="3.12.3", sys_platform="linux", os_name="posix",
+                      platform_system="Linux", platform_machine="x86_64", implementation_name="cpython",
+                      platform_python_implementation="CPython", extra="")
 
 
 def _norm(name: str) -> str:
@@ -251,19 +257,30 @@ def cache_files(preset) -> list[Path]:
     return files
 
 
-def write_data_archive(files: list[Path], dest: Path) -> None:
-    "The cache files, relative to the cache folder, in one xz-compressed tar."
+def write_data_archive(files: list[Path], dest: Path, preset: int = 6) -> None:
+    "The cache files, relative to the cache folder, in one xz-compressed tar (`preset`: xz's level)."
     root = cache_dir().resolve()
-    with tarfile.open(dest, "w:xz", preset=6) as tar:
+    with tarfile.open(dest, "w:xz", preset=preset) as tar:
         for f in files:
             tar.add(f.resolve(), arcname=str(f.resolve().relative_to(root)))
 
 
 def tree_bytes(root: Path) -> int:
-    "Bytes of the working tree that travels: tracked and untracked-not-ignored files."
-    out = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=root, capture_output=True,
-                         check=True).stdout.decode().split("\0")
-    return sum((root / p).stat().st_size for p in out if p and (root / p).is_file())
+    "Bytes of the working tree that travels: tracked and untracked-not-ignored files (a copy: all but the ignored)."
+    return sum((root / p).stat().st_size for p in travelling_files(root))
+
+
+def travelling_files(root: Path) -> list[str]:
+    "The files the device tool sends: git's tracked and untracked-not-ignored ones, or, in a copy without git, all "
+    "but the ignored folders this plan and the runs use."
+    git = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=root, capture_output=True)
+    if git.returncode == 0:
+        files = git.stdout.decode().split("\0")
+    else:
+        skip = (PLAN_DIR, "runs", ".venv", str(Path("data") / "cache"))
+        files = [str(f.relative_to(root)) for f in root.rglob("*")
+                 if f.is_file() and not str(f.relative_to(root)).startswith(skip)]
+    return [f for f in files if f and (root / f).is_file()]
 
 
 def folder_bytes(folder: Path) -> int:
@@ -282,7 +299,7 @@ def cmd_prepare(args) -> int:
     dest.mkdir(parents=True)
     t0 = time.time()
     files = cache_files(preset)
-    write_data_archive(files, dest / "data.tar.xz")
+    write_data_archive(files, dest / "data.tar.xz", args.xz)
     print(f"data: {len(files)} cache files -> {dest / 'data.tar.xz'} "
           f"({(dest / 'data.tar.xz').stat().st_size / 2**20:.1f} MiB, {time.time() - t0:.0f} s)")
     if args.wheels:
@@ -317,7 +334,7 @@ def _stage_list(text: str | None) -> tuple[str, ...]:
 class Call:
     "One device command: setup, the stages under a deadline, and $OUT kept current after every stage."
 
-    def __init__(self, root: Path, out: Path, budget: float, plan: dict, cut: dict[str, float], log=print):
+    def __init__(self, root: Path, out: Path, budget: float, plan: dict, cut: set[str], log=print):
         self.root, self.out, self.plan, self.cut, self.log = root, out, plan, cut, log
         self.t0, self.deadline = time.time(), time.time() + budget
         self.state_dir = root / STATE_DIR
@@ -384,6 +401,8 @@ class Call:
             st = self.status(stage.name)
             if st == "done":
                 continue
+            if st == "failed" and self.failures(stage.name) >= MAX_FAILURES:
+                continue  # a stage that failed twice would fail again: its log says why
             missing = [a for a in stage.after if self.status(a) != "done"]
             if missing:
                 self.note(stage, "waiting", f"needs {', '.join(missing)}")
@@ -393,8 +412,12 @@ class Call:
                 self.note(stage, st if st in ("cut", "failed") else "deferred",
                           f"{self.left():.0f} s left, needs {need} s")
                 continue
-            self.run_stage(stage)
+            if self.run_stage(stage) == "cut":
+                break  # the call's time is spent (or, in a rehearsal, is made to look spent)
         self.pack()
+
+    def failures(self, name: str) -> int:
+        return sum(c["status"] == "failed" for c in self.state["stages"].get(name, {}).get("calls", []))
 
     def note(self, stage: Stage, status: str, why: str) -> None:
         rec = self.state["stages"].setdefault(stage.name, {"seconds": 0.0, "calls": []})
@@ -403,13 +426,14 @@ class Call:
         self.log(f"[call {self.call}] {stage.name}: {status} ({why})")
         self.save_state()
 
-    def run_stage(self, stage: Stage) -> None:
+    def run_stage(self, stage: Stage) -> str:
         rec = self.state["stages"].setdefault(stage.name, {"seconds": 0.0, "calls": []})
         log_path = self.state_dir / "logs" / f"{stage.name}.log"
         env = dict(self.env, OUT=str(self.state_dir / "bench" / stage.name))
-        timeout = self.left()
+        timeout, cut_when = self.left(), None
         if stage.name in self.cut:  # the rehearsal's stand-in for a call whose time runs out mid-stage
-            timeout = min(timeout, self.cut[stage.name])
+            runs = self.state_dir / "runs"
+            cut_when = lambda: any(runs.rglob("checkpoints/step_*.pt"))  # noqa: E731
         self.log(f"[call {self.call}] {stage.name}: start ({timeout:.0f} s left) {stage.what}")
         t0 = time.time()
         with open(log_path, "a") as f:
@@ -417,7 +441,7 @@ class Call:
             f.flush()
             proc = subprocess.Popen(self.command(stage), cwd=self.root, env=env, stdout=f, stderr=subprocess.STDOUT,
                                     process_group=0)
-            rc = wait_pruning(proc, timeout, self.state_dir / "runs")
+            rc = wait_pruning(proc, timeout, self.state_dir / "runs", cut_when)
         if rc is None:
             kill_marked(str(self.root), self.log)
             status = "cut"
@@ -431,6 +455,7 @@ class Call:
         self.log(f"[call {self.call}] {stage.name}: {status} after {seconds:.0f} s")
         self.save_state()
         self.pack()
+        return status
 
     def save_state(self) -> None:
         self.state_dir.mkdir(parents=True, exist_ok=True)
@@ -467,15 +492,18 @@ def tar_folder(folder: Path, dest: Path) -> None:
     os.replace(tmp, dest)
 
 
-def wait_pruning(proc: subprocess.Popen, timeout: float, runs: Path) -> int | None:
-    "Wait for `proc` at most `timeout` s (None: it was still running); meanwhile free finished runs' checkpoints."
-    end = time.time() + timeout
+def wait_pruning(proc: subprocess.Popen, timeout: float, runs: Path, cut_when=None) -> int | None:
+    """Wait for `proc` at most `timeout` s, or until `cut_when()` (None: it was still running); meanwhile free
+    finished runs' checkpoints every 20 s."""
+    end, pruned = time.time() + timeout, time.time()
     while True:
         try:
-            return proc.wait(timeout=max(0.1, min(20.0, end - time.time())))
+            return proc.wait(timeout=max(0.1, min(1.0, end - time.time())))
         except subprocess.TimeoutExpired:
-            prune_checkpoints(runs)
-            if time.time() >= end:
+            if time.time() - pruned > 20:
+                prune_checkpoints(runs)
+                pruned = time.time()
+            if time.time() >= end or (cut_when is not None and cut_when()):
                 return None
 
 
@@ -535,7 +563,10 @@ def cmd_device(args) -> int:
     if not plan_file.exists():
         raise UsageError(f"no {plan_file}: run `python3 benchmarks/gpu_plan.py prepare` here and carry {PLAN_DIR}")
     plan = json.loads(plan_file.read_text())
-    cut = {k: float(v) for k, v in (c.split(":", 1) for c in args.cut)}
+    cut = set(args.cut)
+    unknown = cut - set(STAGE_NAMES)
+    if unknown:
+        raise UsageError(f"--cut {sorted(unknown)[0]}: not a stage; stages: {', '.join(STAGE_NAMES)}")
     call = Call(ROOT, Path(out), min(args.budget, CALL_SECONDS), plan, cut)
     call.setup()
     call.run(tuple(plan["stages"]))
@@ -625,12 +656,9 @@ REHEARSAL_BENCH_FLAGS = {  # every gpu.sh stage on the CPU in seconds; `tests` r
 
 def copy_tree(src: Path, dest: Path) -> None:
     "What the device tool sends: tracked and untracked-not-ignored files."
-    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=src, capture_output=True,
-                           check=True).stdout.decode().split("\0")
-    for rel in filter(None, files):
-        if (src / rel).is_file():
-            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src / rel, dest / rel)
+    for rel in travelling_files(src):
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src / rel, dest / rel)
 
 
 def cmd_rehearse(args) -> int:
@@ -642,19 +670,34 @@ def cmd_rehearse(args) -> int:
     copy_tree(ROOT, tree)
     sets = [x for k, v in REHEARSAL_SETS.items() for x in ("--set", f"{k}={v}")]
     py = [sys.executable, str(tree / "benchmarks" / "gpu_plan.py")]
-    env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
+    env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"),
+               PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))  # python3: ours
     env.pop(MARKER, None)
-    subprocess.run([*py, "prepare", "--preset", "gpu", *sets, "--no-wheels",
+    subprocess.run([*py, "prepare", "--preset", "gpu", *sets, "--no-wheels", "--xz", "0",
                     "--bench-flags", json.dumps(REHEARSAL_BENCH_FLAGS), "--dest", str(tree / PLAN_DIR)],
-                   check=True, env=env, cwd=tree)
+                   check=True, env=dict(env, DEPTHNB_CACHE_DIR=str(cache_dir())), cwd=tree)  # this checkout's cache
     device_env = dict(env, DEPTHNB_CACHE_DIR=str(tree / "data" / "cache"))  # the device's cache: only what was carried
-    for i, extra in enumerate([["--cut", f"pretrain:{args.cut_after}"], []], 1):
-        out = work / f"out{i}"
+    runs = tree / STATE_DIR / "runs"
+    evidence = {}
+    for i, extra in enumerate([["--cut", "pretrain"], []], 1):
         subprocess.run([*py, "device", "--budget", str(args.budget), *extra], check=True,
-                       env=dict(device_env, OUT=str(out)), cwd=tree)
+                       env=dict(device_env, OUT=str(work / f"out{i}")), cwd=tree)
+        if i == 1:  # what the cut left: checkpoints to resume from, snapshots a resumed run must not rewrite
+            evidence["checkpoints_after_cut"] = sorted(str(f.relative_to(runs)) for f in runs.rglob("checkpoints/*.pt"))
+            snaps = {f: f.stat().st_mtime_ns for f in runs.rglob("pretrain/*/*/snapshots/*.pt")}
+    evidence["snapshots_kept"] = sorted(str(f.relative_to(runs)) for f, t in snaps.items()
+                                        if f.exists() and f.stat().st_mtime_ns == t)
+    evidence["snapshots_rewritten"] = sorted(str(f.relative_to(runs)) for f, t in snaps.items()
+                                             if not f.exists() or f.stat().st_mtime_ns != t)
+    evidence["finished_runs"] = sorted(str(f.parent.relative_to(runs)) for f in runs.rglob("pretrain/*/*/DONE"))
     subprocess.run([*py, "assemble", str(work / "out1"), str(work / "out2"), "--figures-dir", str(work / "figures"),
                     "--results", str(work / "RESULTS.md"), "--plan", str(tree / PLAN_DIR / "plan.json")],
                    check=True, env=env, cwd=tree)
+    (work / "rehearsal.json").write_text(json.dumps(evidence, indent=1))
+    resumed = evidence["checkpoints_after_cut"] and evidence["snapshots_kept"] and not evidence["snapshots_rewritten"]
+    print(f"resume after the cut: {len(evidence['checkpoints_after_cut'])} checkpoint(s) left by call 1, "
+          f"{len(evidence['snapshots_kept'])} snapshot(s) of call 1 kept by call 2, "
+          f"{len(evidence['snapshots_rewritten'])} rewritten: {'resumed' if resumed else 'NOT shown to resume'}")
     print(f"rehearsal done: returned files in {work}/out1, {work}/out2; report in {work}/figures/gpu")
     return 0
 
@@ -686,6 +729,7 @@ def _prepare_parser():
     ap.set_defaults(preset="gpu")
     ap.add_argument("--stages", default=None, help=f"comma-separated stages (default: all: {', '.join(STAGE_NAMES)})")
     ap.add_argument("--dest", default=None, help=f"carried folder (default: {PLAN_DIR}/ in the checkout)")
+    ap.add_argument("--xz", type=int, default=6, choices=range(10), help="xz level of data.tar.xz (default 6)")
     ap.add_argument("--no-wheels", dest="wheels", action="store_false", help="no wheels (a machine that has the packages)")
     ap.add_argument("--bench-flags", default=None, help="JSON {gpu.sh stage: [extra flags]} (default: "
                     + json.dumps(DEVICE_BENCH_FLAGS) + ")")
@@ -700,8 +744,8 @@ def _device_parser():
     ap = CommandParser("gpu_plan device", "Run the plan's stages until the budget is spent; results to $OUT.",
                        preset=False)
     ap.add_argument("--budget", type=float, default=CALL_BUDGET, help=f"seconds this call may use (default {CALL_BUDGET})")
-    ap.add_argument("--cut", action="append", default=[], metavar="STAGE:SECONDS",
-                    help="rehearsal: stop STAGE after SECONDS as if the call's time ran out")
+    ap.add_argument("--cut", action="append", default=[], metavar="STAGE",
+                    help="rehearsal: stop STAGE at its first checkpoint, as if the call's time ran out there")
     return ap, cmd_device
 
 
@@ -721,7 +765,6 @@ def _rehearse_parser():
                        "(the first cut mid-pretraining), assemble.", preset=False)
     ap.add_argument("--work", default=str(ROOT / "runs" / "gpu-rehearsal"), help="scratch folder (replaced)")
     ap.add_argument("--budget", type=float, default=CALL_BUDGET, help="seconds per simulated call")
-    ap.add_argument("--cut-after", type=float, default=25.0, help="seconds after which call 1 cuts pretraining")
     return ap, cmd_rehearse
 
 
