@@ -22,6 +22,8 @@ help:
 	@echo "make docs        build the docs site into _docs/ (DOCS_CHECK=1: also check it in headless Chromium)"
 	@echo "make lab         JupyterLab on nbs/ with this environment as the kernel"
 	@echo "make readme      regenerate README.md from nbs/index.ipynb"
+	@echo "make gpu-prepare     build .gpu/ (data, wheels, plan) for a device window (benchmarks/README.md)"
+	@echo "make gpu-rehearsal   the GPU plan on the CPU at shrunk shapes: two calls, a cut, the report"
 
 # --system-site-packages lets a PyTorch already installed for this python (a GPU build) be reused.
 $(BIN)/python:

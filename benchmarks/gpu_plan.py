@@ -530,17 +530,16 @@ def marked_pids(value: str) -> list[int]:
 
 def kill_marked(value: str, log=print) -> None:
     "End every process of this plan's stages (papermill kernels start their own sessions, so no group kill)."
+    found = marked_pids(value)
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        pids = marked_pids(value)
-        if not pids:
-            return
-        for pid in pids:
+        for pid in marked_pids(value):
             try:
                 os.kill(pid, sig)
             except OSError:
                 pass
-        time.sleep(3)
-    log(f"killed {len(marked_pids(value))} leftover stage process(es)")
+        time.sleep(3 if found else 0)
+    if found:
+        log(f"ended {len(found)} stage process(es) ({len(marked_pids(value))} still there)")
 
 
 def summary(state: dict, plan: dict) -> str:
