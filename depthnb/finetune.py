@@ -21,7 +21,8 @@ from tqdm.auto import tqdm
 from .config import (CommandParser, DataConfig, FinetuneConfig, Preset, UsageError, add_family_args,
                             choices, family_from_args, from_dict, get_preset, preset_from_args,
                             preset_size_class, to_dict)
-from .data import GENERALIZATION_SPLIT, TASKS, load_task, load_tokenizer, train_tokenizer
+from .data import load_tokenizer, train_tokenizer
+from .tasks import GENERALIZATION_SPLIT, TASKS, load_task
 from .model import DecoderLM, generate_many
 from .train import (check_finite, autocast, lr_at, make_optimizer, maybe_compile, resolve_device,
                            set_lr, train_step)
@@ -240,7 +241,7 @@ class LazyPairs:
 
 @functools.lru_cache(maxsize=8)
 def cached_task(name: str):
-    "`data.load_task(name)`, read once per process."
+    "`tasks.load_task(name)`, read once per process."
     return load_task(name)
 
 # %% ../nbs/07_finetune.ipynb #059b47c5
