@@ -7,20 +7,23 @@ from __future__ import annotations
 
 import re
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
 import numpy as np
 import pandas as pd
 
-from .config import check_choice
+from .config import UsageError, check_choice
 from .data import Tokenizer, data_path
 
 
 # %% auto #0
-__all__ = ['TASKS', 'GENERALIZATION_SPLIT', 'COGS_STRUCTURAL', 'COLUMNS', 'US_STATES', 'USA_ALIASES', 'TaskFormatError',
+__all__ = ['TASKS', 'GENERALIZATION_SPLIT', 'COGS_STRUCTURAL', 'COLUMNS', 'US_STATES', 'USA_ALIASES', 'HF_PREFIX', 'HF_COLUMNS',
+           'SPLIT_FILES', 'HF_SPLITS', 'HELD_OUT_SPLIT', 'HELD_OUT_FRACTION', 'HELD_OUT_MAX', 'TaskFormatError',
            'read_tsv', 'load_tsv_task', 'normalize_funql', 'space_funql', 'anonymize_geoquery', 'geoquery_example',
-           'load_task', 'petty_table1', 'task_token_report']
+           'load_task', 'petty_table1', 'task_token_report', 'TaskSpecError', 'TaskSource', 'parse_task', 'task_name',
+           'hold_out', 'load_task_folder', 'load_hf_task', 'task_dataset', 'task_coverage', 'coverage_warnings']
 
 # %% ../nbs/03a_tasks.ipynb #f3864be0
 TASKS: tuple[str, ...] = ("cogs", "cogs_vf", "geoquery", "passivization")
@@ -290,3 +293,224 @@ def task_token_report(tokenizer: Tokenizer, tasks: Iterable[str] = TASKS, limit:
                              target_tokens_mean=ly.mean(), target_tokens_max=int(ly.max()),
                              target_tokens_total=int(ly.sum()), round_trip_failures=bad))
     return pd.DataFrame(rows).set_index(["task", "split"])
+
+# %% ../nbs/03a_tasks.ipynb #2efeedd2
+HF_PREFIX = "hf:"
+HF_COLUMNS: tuple[str, ...] = ("input", "target", "category")  # the default column names of an hf: task
+SPLIT_FILES: tuple[str, ...] = ("train", "dev", "test", "gen")  # <split>.tsv of a task folder
+HF_SPLITS: dict[str, str] = {"validation": "dev", "generalization": "gen"}  # hub split names -> ours
+HELD_OUT_SPLIT = "train_heldout"  # in-distribution examples held out of train when a task has no dev split
+HELD_OUT_FRACTION, HELD_OUT_MAX = 0.1, 1000
+
+
+class TaskSpecError(UsageError):
+    "A task that is neither built in, nor a task folder, nor `hf:NAME`; the message says what is accepted."
+
+
+@dataclass(frozen=True)
+class TaskSource:
+    "Where a task's examples come from: a built-in task, a folder of TSV files, or a Hugging Face dataset."
+    kind: str  # "builtin", "folder" or "hf"
+    name: str  # the task's name in run directories and tables
+    location: str = ""  # folder: its absolute path; hf: a hub id or the absolute path of a local dataset
+    config: str = ""  # hf: the dataset's configuration
+    columns: tuple[str, ...] = HF_COLUMNS  # hf: the input, target and category columns
+
+    @property
+    def spec(self) -> str:
+        "The task as one string that `parse_task` reads back (absolute paths: it works from any folder)."
+        if self.kind == "builtin":
+            return self.name
+        if self.kind == "folder":
+            return self.location
+        opts = [f"{k}={c}" for k, c, default in zip(("input", "target", "category"), self.columns, HF_COLUMNS)
+                if c != default]
+        return ":".join([HF_PREFIX + self.location] + ([self.config] if self.config else []) + opts)
+
+
+def _safe_name(text: str) -> str:
+    return re.sub(r"[^\w.-]+", "_", text).strip("_.") or "task"
+
+
+def _accepted() -> str:
+    return (f"a task is one of {', '.join(TASKS)}, a folder holding train.tsv and dev.tsv, test.tsv or gen.tsv, "
+            "or hf:NAME[:CONFIG][:input=COL][:target=COL][:category=COL]")
+
+
+def _parse_hf(text: str) -> TaskSource:
+    location, *rest = text[len(HF_PREFIX):].split(":")
+    if not location:
+        raise TaskSpecError(f"task {text!r}: no dataset after hf:; {_accepted()}")
+    config, columns = "", dict(zip(("input", "target", "category"), HF_COLUMNS))
+    for part in rest:
+        key, sep, value = part.partition("=")
+        if not sep:
+            if config:
+                raise TaskSpecError(f"task {text!r}: two configurations ({config!r}, {part!r}); {_accepted()}")
+            config = part
+        elif key in columns and value:
+            columns[key] = value
+        else:
+            raise TaskSpecError(f"task {text!r}: {part!r} is not input=COL, target=COL or category=COL")
+    local = Path(location).expanduser()
+    if local.exists():
+        location, base = str(local.resolve()), local.resolve().name
+    else:
+        base = location
+    return TaskSource("hf", _safe_name(base + (f"_{config}" if config else "")), location, config,
+                      tuple(columns.values()))
+
+
+def parse_task(text: str) -> TaskSource:
+    "The `TaskSource` a task argument names: a built-in name, a task folder, or `hf:NAME[:CONFIG][:input=COL]...`."
+    text = str(text)
+    if text in TASKS:
+        return TaskSource("builtin", text)
+    if text.startswith(HF_PREFIX):
+        source = _parse_hf(text)
+    else:
+        folder = Path(text).expanduser()
+        if not folder.is_dir():
+            raise TaskSpecError(f"task {text!r}: not a built-in task and no such folder; {_accepted()}")
+        folder = folder.resolve()
+        source = TaskSource("folder", _safe_name(folder.name), str(folder))
+    if source.name in TASKS:
+        raise TaskSpecError(f"task {text!r}: its name {source.name!r} is a built-in task's (its runs would share "
+                            "their directories); rename the folder")
+    return source
+
+
+def task_name(text: str) -> str:
+    "The name a task argument has in run directories and tables (a folder: the folder's name)."
+    return parse_task(text).name
+
+# %% ../nbs/03a_tasks.ipynb #8356b94c
+def hold_out(dataset, n: int | None = None):
+    """`dataset` with a fixed slice of train (seed 0; `n`, default 10% up to 1,000 examples) moved to `train_heldout`,
+    the in-distribution split of a task without `dev`; the rest stays `train`."""
+    train = dataset["train"]
+    n = n if n is not None else min(HELD_OUT_MAX, max(1, round(HELD_OUT_FRACTION * len(train))))
+    if len(train) <= n:
+        raise TaskFormatError(f"train has {len(train)} example(s): too few to hold {n} out for the in-distribution "
+                              "split; add a dev split")
+    order = np.random.default_rng(0).permutation(len(train))
+    splits = {"train": train.select(sorted(order[n:].tolist())), HELD_OUT_SPLIT: train.select(sorted(order[:n].tolist()))}
+    return type(dataset)({**splits, **{k: v for k, v in dataset.items() if k != "train"}})
+
+
+def _check_splits(splits, where: str) -> None:
+    if "train" not in splits:
+        raise TaskFormatError(f"{where}: no train split; a task needs train and at least one of dev, test, gen")
+    if not {"dev", "test", "gen"} & set(splits):
+        raise TaskFormatError(f"{where}: train but no dev, test or gen split to evaluate on")
+
+
+def load_task_folder(folder: str | Path) -> "datasets.DatasetDict":
+    "A task from a folder of `train.tsv` and `dev.tsv`/`test.tsv`/`gen.tsv` (`input<TAB>target[<TAB>category]`)."
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise FileNotFoundError(f"{folder}: no such task folder")
+    files = {s: folder / f"{s}.tsv" for s in SPLIT_FILES if (folder / f"{s}.tsv").exists()}
+    if "train" not in files:
+        raise TaskFormatError(f"{folder / 'train.tsv'}: no such file; a task folder holds train.tsv and at least "
+                              "one of dev.tsv, test.tsv, gen.tsv")
+    _check_splits(files, str(folder))
+    dataset = load_tsv_task(files)
+    return dataset if "dev" in dataset else hold_out(dataset)
+
+# %% ../nbs/03a_tasks.ipynb #054ac8b7
+def _hf_rows(split, columns: tuple[str, ...], where: str, category_given: bool) -> dict[str, list[str]]:
+    x, y, c = columns
+    missing = [col for col in (x, y) + ((c,) if category_given else ()) if col not in split.column_names]
+    if missing:
+        raise TaskFormatError(f"{where}: no column {missing[0]!r}; columns: {', '.join(split.column_names)} "
+                              "(name them with hf:NAME:input=COL:target=COL:category=COL)")
+    n = len(split)
+
+    def text(col):
+        return ["" if v is None else str(v) for v in split[col]]
+
+    out = {"input": text(x), "target": text(y), "category": text(c) if c in split.column_names else ["none"] * n,
+           "generalization_type": ["none"] * n}
+    for key, col in (("input", x), ("target", y)):
+        empty = next((i for i, v in enumerate(out[key]) if not v.strip()), None)
+        if empty is not None:
+            raise TaskFormatError(f"{where}: row {empty + 1}: column {col!r} ({key}) is empty")
+    return out
+
+
+def load_hf_task(source: TaskSource) -> "datasets.DatasetDict":
+    """A task from a Hugging Face dataset: a folder written by `save_to_disk` (loaded with `load_from_disk`), else a
+    hub id or local data folder (`load_dataset`, cached in the `datasets` cache). Splits `validation` and
+    `generalization` are read as `dev` and `gen`."""
+    with warnings.catch_warnings():  # datasets imports tqdm.auto, which warns without ipywidgets
+        warnings.simplefilter("ignore")
+        import datasets
+    where = source.spec
+    saved = Path(source.location)
+    if (saved / "dataset_dict.json").exists():
+        raw = datasets.load_from_disk(str(saved))
+    elif (saved / "state.json").exists():
+        raise TaskFormatError(f"{where}: a single saved split; save a DatasetDict with train and dev/test/gen")
+    else:
+        try:
+            raw = datasets.load_dataset(source.location, source.config or None)
+        except Exception as e:  # hub, network and format errors all end up here
+            raise TaskFormatError(f"{where}: cannot load it with datasets.load_dataset: {type(e).__name__}: {e}") from None
+    splits = {HF_SPLITS.get(k, k): v for k, v in raw.items()}
+    _check_splits(splits, where)
+    category_given = source.columns[2] != HF_COLUMNS[2]
+    rows = {k: _hf_rows(v, source.columns, f"{where} split {k}", category_given) for k, v in splits.items()}
+    dataset = _dataset_dict(rows)
+    return dataset if "dev" in dataset else hold_out(dataset)
+
+# %% ../nbs/03a_tasks.ipynb #2c7ee503
+def task_dataset(text: str) -> "datasets.DatasetDict":
+    "The examples of any task argument (`parse_task`): a built-in task, a task folder or an `hf:` dataset."
+    source = parse_task(text)
+    if source.kind == "builtin":
+        return load_task(source.name)
+    return load_task_folder(source.location) if source.kind == "folder" else load_hf_task(source)
+
+# %% ../nbs/03a_tasks.ipynb #ca71c608
+def _out_of_vocabulary(tokenizer: Tokenizer) -> np.ndarray:
+    "Per id: whether it stands for text outside the vocabulary (`<unk>`, or a byte of a character spelled in bytes)."
+    sp = tokenizer.sp
+    return np.array([sp.is_unknown(i) or sp.is_byte(i) for i in range(tokenizer.vocab_size)])
+
+
+def task_coverage(tokenizer: Tokenizer, dataset, n_ctx: int, max_new_tokens: int) -> pd.DataFrame:
+    """Per split: examples, the share of tokens outside the vocabulary (`unknown_rate`), and the examples longer than
+    the pretraining context (`over_n_ctx`: source, separator, target and EOS) or whose target does not fit the
+    decoding budget (`over_max_new_tokens`: it can never be matched exactly)."""
+    oov = _out_of_vocabulary(tokenizer)
+    rows = []
+    for split, ds in dataset.items():
+        xs, ys = tokenizer.encode_batch(ds["input"]), tokenizer.encode_batch(ds["target"])
+        ids = np.fromiter((i for seq in xs + ys for i in seq), dtype=np.int64)
+        lengths = np.array([len(x) + len(y) + 2 for x, y in zip(xs, ys)])
+        rows.append(dict(split=split, examples=len(ds), tokens=len(ids), unknown_rate=float(oov[ids].mean()) if len(ids) else 0.0,
+                         over_n_ctx=int((lengths > n_ctx).sum()),
+                         over_max_new_tokens=int(sum(len(y) + 1 > max_new_tokens for y in ys))))
+    return pd.DataFrame(rows).set_index("split")
+
+
+def coverage_warnings(coverage: pd.DataFrame, task: str, n_ctx: int, max_new_tokens: int,
+                      max_unknown: float = 0.01) -> list[str]:
+    "One line per problem of a `task_coverage` report that a user should act on."
+    out = []
+    total = coverage.tokens.sum()
+    rate = float((coverage.unknown_rate * coverage.tokens).sum() / max(total, 1))
+    if rate > max_unknown:
+        out.append(f"{task}: {100 * rate:.1f}% of its tokens are outside the tokenizer's vocabulary (spelled as "
+                   f"UTF-8 bytes), above {100 * max_unknown:g}%: the pretrained model has barely seen them. Map the "
+                   "rare characters to ones the pretraining corpus uses (e.g. ASCII), or pretrain with a larger "
+                   "vocabulary (--set pretrain.data.vocab_size=N) on a corpus that holds them.")
+    if (long := int(coverage.over_n_ctx.sum())):
+        out.append(f"{task}: {long} example(s) are longer than the pretraining context n_ctx={n_ctx} tokens; they "
+                   "are fine-tuned at positions the model was not pretrained on (shorten them, or pretrain with "
+                   "a longer --set pretrain.model.n_ctx).")
+    if (cut := int(coverage.over_max_new_tokens.sum())):
+        out.append(f"{task}: {cut} target(s) are longer than finetune.max_new_tokens={max_new_tokens}: decoding "
+                   "stops first, so they are always scored wrong (raise --set finetune.max_new_tokens).")
+    return out
