@@ -333,8 +333,8 @@ def _safe_name(text: str) -> str:
 
 
 def _accepted() -> str:
-    return (f"a task is one of {', '.join(TASKS)}, a folder holding train.tsv and dev.tsv, test.tsv or gen.tsv, "
-            "or hf:NAME[:CONFIG][:input=COL][:target=COL][:category=COL]")
+    return (f"tasks: {', '.join(TASKS)}, a folder (train.tsv and dev.tsv, test.tsv or gen.tsv) or "
+            "hf:NAME[:CONFIG][:input=COL][:target=COL][:category=COL]")
 
 
 def _parse_hf(text: str) -> TaskSource:
@@ -371,7 +371,7 @@ def parse_task(text: str) -> TaskSource:
     else:
         folder = Path(text).expanduser()
         if not folder.is_dir():
-            raise TaskSpecError(f"task {text!r}: not a built-in task and no such folder; {_accepted()}")
+            raise TaskSpecError(f"unknown task {text!r}; {_accepted()}")
         folder = folder.resolve()
         source = TaskSource("folder", _safe_name(folder.name), str(folder))
     if source.name in TASKS:
@@ -507,9 +507,9 @@ def coverage_warnings(coverage: pd.DataFrame, task: str, n_ctx: int, max_new_tok
                    "rare characters to ones the pretraining corpus uses (e.g. ASCII), or pretrain with a larger "
                    "vocabulary (--set pretrain.data.vocab_size=N) on a corpus that holds them.")
     if (long := int(coverage.over_n_ctx.sum())):
-        out.append(f"{task}: {long} example(s) are longer than the pretraining context n_ctx={n_ctx} tokens; they "
-                   "are fine-tuned at positions the model was not pretrained on (shorten them, or pretrain with "
-                   "a longer --set pretrain.model.n_ctx).")
+        out.append(f"{task}: {long} example(s) are longer than the pretraining context n_ctx={n_ctx} tokens; : the "
+                   "model reads them at positions it was not pretrained on (shorten them, or pretrain with a longer "
+                   "--set pretrain.model.n_ctx).")
     if (cut := int(coverage.over_max_new_tokens.sum())):
         out.append(f"{task}: {cut} target(s) are longer than finetune.max_new_tokens={max_new_tokens}: decoding "
                    "stops first, so they are always scored wrong (raise --set finetune.max_new_tokens).")
