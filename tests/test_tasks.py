@@ -162,3 +162,87 @@ def test_task_targets_round_trip(tok):
     assert int(report.round_trip_failures.sum()) == 0
     assert report.examples.to_dict() == {(t, s): min(n, 2000) for t, d in SIZES.items() for s, n in d.items()}
     assert (report.target_tokens_mean > 1).all()
+
+
+# --- a user's own tasks: folders and hf: datasets -------------------------------------------------------
+
+@pytest.fixture
+def passiv_folder(tmp_path):
+    "A task folder made from real passivization files: train and gen, no dev."
+    folder = tmp_path / "passiv_mine"
+    folder.mkdir()
+    shutil.copy(D.data_path("passivization/passiv_en_nps.dev"), folder / "train.tsv")
+    lines = D.data_path("passivization/passiv_en_nps.gen").read_text().split("\n")
+    (folder / "gen.tsv").write_text("\n".join(lines[:300]) + "\n")
+    return folder
+
+
+def test_folder_task_holds_out_a_slice_of_train(passiv_folder):
+    source = T.parse_task(str(passiv_folder))
+    assert (source.kind, source.name, source.spec) == ("folder", "passiv_mine", str(passiv_folder.resolve()))
+    dd = T.task_dataset(str(passiv_folder))
+    assert {k: len(v) for k, v in dd.items()} == {"train": 900, T.HELD_OUT_SPLIT: 100, "gen": 300}
+    assert not set(dd["train"]["input"]) & set(dd[T.HELD_OUT_SPLIT]["input"])
+    assert dd[T.HELD_OUT_SPLIT]["input"] == T.task_dataset(str(passiv_folder))[T.HELD_OUT_SPLIT]["input"]  # fixed
+    (passiv_folder / "dev.tsv").write_text((passiv_folder / "train.tsv").read_text().split("\n", 1)[0] + "\n")
+    assert list(T.task_dataset(str(passiv_folder))) == ["train", "dev", "gen"]
+
+
+def test_folder_task_errors_name_file_and_line(passiv_folder):
+    lines = (passiv_folder / "train.tsv").read_text().split("\n")
+    (passiv_folder / "train.tsv").write_text("\n".join(lines[:56] + [lines[56].replace("\t", " ")] + lines[57:]))
+    with pytest.raises(T.TaskFormatError, match=r"passiv_mine/train.tsv:57: expected 2 tab-separated columns"):
+        T.task_dataset(str(passiv_folder))
+    (passiv_folder / "train.tsv").unlink()
+    with pytest.raises(T.TaskFormatError, match=r"train.tsv: no such file"):
+        T.task_dataset(str(passiv_folder))
+    (passiv_folder / "gen.tsv").rename(passiv_folder / "train.tsv")
+    with pytest.raises(T.TaskFormatError, match=r"passiv_mine: train but no dev, test or gen split"):
+        T.task_dataset(str(passiv_folder))
+
+
+def test_task_names_that_are_refused(tmp_path):
+    (tmp_path / "geoquery").mkdir()
+    with pytest.raises(T.TaskSpecError, match="its name 'geoquery' is a built-in task's"):
+        T.parse_task(str(tmp_path / "geoquery"))
+    with pytest.raises(T.TaskSpecError, match="unknown task 'nope'; tasks: cogs"):
+        T.parse_task("nope")
+    assert T.parse_task("hf:user/bench:cfg:target=lf").spec == "hf:user/bench:cfg:target=lf"
+    assert T.parse_task("hf:user/bench:cfg").name == "user_bench_cfg"
+
+
+def test_hf_task_from_a_saved_dataset(tmp_path):
+    "hf: on a local DatasetDict written by save_to_disk: no network; columns renamed; validation read as dev."
+    import datasets
+    rows = T.read_tsv(D.data_path("cogs/test.tsv"))
+    cols = {"sentence": [r[0] for r in rows], "lf": [r[1] for r in rows], "kind": [r[2] for r in rows]}
+    parts = {"train": slice(0, 2000), "validation": slice(2000, 2500), "test": slice(2500, 3000)}
+    datasets.DatasetDict({k: datasets.Dataset.from_dict({c: v[s] for c, v in cols.items()})
+                          for k, s in parts.items()}).save_to_disk(str(tmp_path / "cogs_test"))
+    spec = f"hf:{tmp_path / 'cogs_test'}:input=sentence:target=lf:category=kind"
+    source = T.parse_task(spec)
+    assert (source.kind, source.name, source.columns) == ("hf", "cogs_test", ("sentence", "lf", "kind"))
+    dd = T.task_dataset(spec)
+    assert {k: len(v) for k, v in dd.items()} == {"train": 2000, "dev": 500, "test": 500}
+    assert (dd["test"][0]["input"], dd["test"][0]["target"], dd["test"][0]["category"]) == rows[2500]
+    assert T.task_dataset(source.spec)["dev"]["target"] == dd["dev"]["target"]
+    with pytest.raises(T.TaskFormatError, match="no column 'target'; columns: sentence, lf, kind"):
+        T.task_dataset(f"hf:{tmp_path / 'cogs_test'}:input=sentence")
+    with pytest.raises(T.TaskFormatError, match="no column 'type'"):
+        T.task_dataset(f"hf:{tmp_path / 'cogs_test'}:input=sentence:target=lf:category=type")
+
+
+def test_coverage_counts_unknown_characters(tok, tmp_path):
+    geo = T.task_dataset("geoquery")
+    cov = T.task_coverage(tok, geo, n_ctx=1024, max_new_tokens=1024)
+    pieces = [p for s in list(geo["test"]["input"]) + list(geo["test"]["target"]) for p in tok.pieces(s)]
+    # the 400-piece tokenizer spells FunQL's "_" in bytes: about 2% of GeoQuery's tokens
+    assert cov.loc["test", "unknown_rate"] == pytest.approx(sum(p.startswith("<0x") for p in pieces) / len(pieces))
+    assert cov.loc["test", "tokens"] == len(pieces) and cov.over_n_ctx.sum() == 0
+    rows = T.read_tsv(D.data_path("geoquery/geo_funql_test.tsv"))
+    greek = "".join(f"{x.translate(str.maketrans('aeiou', 'αειου'))}\t{y}\n" for x, y in rows)
+    (tmp_path / "greek.tsv").write_text(greek)
+    cov = T.task_coverage(tok, T.load_tsv_task(tmp_path / "greek.tsv"), n_ctx=16, max_new_tokens=8)
+    warning = T.coverage_warnings(cov, "greek", 16, 8)
+    assert cov.unknown_rate.iloc[0] > 0.2 and len(warning) == 3 and "outside the tokenizer's vocabulary" in warning[0]
+    assert f"{cov.over_n_ctx.iloc[0]} example(s) are longer" in warning[1]
