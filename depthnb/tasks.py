@@ -507,7 +507,7 @@ def coverage_warnings(coverage: pd.DataFrame, task: str, n_ctx: int, max_new_tok
                    "rare characters to ones the pretraining corpus uses (e.g. ASCII), or pretrain with a larger "
                    "vocabulary (--set pretrain.data.vocab_size=N) on a corpus that holds them.")
     if (long := int(coverage.over_n_ctx.sum())):
-        out.append(f"{task}: {long} example(s) are longer than the pretraining context n_ctx={n_ctx} tokens; : the "
+        out.append(f"{task}: {long} example(s) are longer than the pretraining context n_ctx={n_ctx} tokens: the "
                    "model reads them at positions it was not pretrained on (shorten them, or pretrain with a longer "
                    "--set pretrain.model.n_ctx).")
     if (cut := int(coverage.over_max_new_tokens.sum())):
