@@ -16,7 +16,7 @@ from .config import (EXPERIMENTS, CommandParser, Experiment, UsageError, choices
 
 from .bench import cli_bench
 from .data import cli_data
-from .finetune import cli_evaluate, cli_finetune
+from .finetune import check_tasks, cli_evaluate, cli_finetune
 from .stacking import cli_stack
 from .train import cli_pretrain
 from .runs import atomic_write_text, run_lock
@@ -145,7 +145,8 @@ def cli_reproduce(argv: list[str] | None = None) -> int:
     ap.add_argument("--figures-dir", default=None, help="parent folder of figures/<preset> (default: figures/)")
 
     def command(args) -> int:
-        preset_from_args(args)  # a bad --preset or --set is refused before any notebook runs
+        preset = preset_from_args(args)  # a bad --preset, --set or task is refused before any notebook runs
+        check_tasks([*preset.tasks, preset.control_task])
         only = choices(args.only, "experiment", [e.name for e in EXPERIMENTS]) or None
         if args.seeds is not None and args.seeds < 1:
             raise UsageError(f"--seeds {args.seeds}: out of range; allowed: integers ≥ 1")

@@ -35,7 +35,8 @@ __all__ = ['TASK_RECORD', 'encode_example', 'lm_pair', 'collate', 'bucket_batche
            'exact_match', 'token_batches', 'target_loss', 'evaluate', 'run_tokenizer', 'in_distribution_split',
            'generalization_split', 'LazyPairs', 'cached_task', 'finetune', 'finetune_schedule', 'task_info',
            'record_task', 'run_task', 'finetune_on', 'report_coverage', 'finetune_config', 'evaluate_run',
-           'finetune_job', 'finetune_parser', 'by_category', 'finetune_selection', 'cli_finetune', 'cli_evaluate']
+           'finetune_job', 'finetune_parser', 'by_category', 'check_tasks', 'finetune_selection', 'cli_finetune',
+           'cli_evaluate']
 
 # %% ../nbs/07_finetune.ipynb #e96f4856
 def encode_example(tokenizer, source: str, target: str) -> tuple[list[int], int]:
@@ -438,15 +439,21 @@ def by_category(result: dict) -> str:
     return "".join(f"\n  {c}: {v['accuracy']:.3f} (n={v['n']})" for c, v in result["by_category"].items())
 
 
-def finetune_selection(args) -> list[tuple[Path, str, int, int]]:
-    "(run_dir, task, n_layers, seed) of the runs that parsed arguments select; `UsageError` if one is bad."
-    preset, sc, depths, seeds = family_from_args(args)
-    tasks = [parse_task(t).spec for t in (args.tasks.split(",") if args.tasks else preset.tasks) if t]
-    for task in dict.fromkeys(tasks):  # every file is read and checked before anything is written
+def check_tasks(tasks) -> list[str]:
+    "The specs of task arguments, every task's files read and checked first (`UsageError` naming file and line)."
+    specs = [parse_task(t).spec for t in tasks if t]
+    for task in dict.fromkeys(specs):
         try:
             cached_task(task)
         except (ValueError, FileNotFoundError) as e:
             raise UsageError(str(e)) from None
+    return specs
+
+
+def finetune_selection(args) -> list[tuple[Path, str, int, int]]:
+    "(run_dir, task, n_layers, seed) of the runs that parsed arguments select; `UsageError` if one is bad."
+    preset, sc, depths, seeds = family_from_args(args)
+    tasks = check_tasks(args.tasks.split(",") if args.tasks else preset.tasks)  # before anything is written
     runs = [(finetune_run_dir(preset, sc, n, s, task_name(t)), t, n, s) for t in tasks for n in depths for s in seeds]
     if args.run_dir:
         if len(runs) != 1:

@@ -13,6 +13,7 @@ CASES = [
     ("pretrain --layers 0", "--layers 0: 0 is out of range; allowed: integers ≥ 1"),
     ("pretrain --set pretrain.model.n_heads=3", "class 'tiny': n_heads=4"),
     ("reproduce --only nosuch", "unknown experiment 'nosuch'; experiments: petty_shapes"),
+    ("reproduce --preset tiny --set tasks=cogz", "unknown task 'cogz'; tasks: cogs, cogs_vf"),
     ("bench --device cpu --layers -1", "--layers -1"),
     ("finetune --preset tiny --tasks nosuch", "unknown task 'nosuch'; tasks: cogs, cogs_vf, geoquery, passivization"),
     ("evaluate --split nosuch", "unknown split 'nosuch' of task cogs; splits: train, dev, test, gen"),
