@@ -30,8 +30,9 @@ __all__ = ['PRIMITIVE_TASKS', 'LETTERS', 'COPY_SEQ_LEN', 'COPY_SUB_LEN', 'N_VARS
            'NOT_ENGLISH', 'COPY_WORDS', 'MATH_HEADER', 'CODE_HEADER', 'TABLE6_PAPER', 'FT_TASKS', 'TABLE7_PAPER',
            'PrimitiveTask', 'three_letter_words', 'get_task', 'make_primitive', 'solve_primitive', 'few_shot',
            'extract_answer', 'score_primitive', 'table6_paper', 'holdout_set', 'finetune_set', 'output_layer',
-           'LastPositionHead', 'answer_ids', 'complete', 'evaluate_task', 'table6_rows', 'evaluate_primitives',
-           'table6', 'ft_eval_steps', 'ft_tensors', 'answer_loss', 'finetune_primitives', 'ft_summary', 'table7']
+           'LastPositionHead', 'answer_ids', 'complete', 'evaluate_task', 'answer_candidates', 'answer_logprobs',
+           'choose_answers', 'table6_rows', 'evaluate_primitives', 'table6', 'ft_eval_steps', 'ft_tensors',
+           'answer_loss', 'finetune_primitives', 'ft_summary', 'table7']
 
 # %% ../nbs/04_primitives.ipynb #bf9e1641
 @dataclass(frozen=True)
@@ -337,8 +338,8 @@ def complete(model: nn.Module, tokenizer, prompts: list[str], max_new_tokens: in
 
 # %% ../nbs/04_primitives.ipynb #78691cb5
 def evaluate_task(model: nn.Module, tokenizer, task: str, n: int = 1000, shots: int = 5, seed: int = 0,
-                  batch_size: int = 16) -> dict:
-    "`shots`-shot greedy accuracy of `model` on `n` examples of `task` (PSM: also with a calculator)."
+                  batch_size: int = 16, choice: bool = True) -> dict:
+    "`shots`-shot greedy accuracy of `model` on `n` examples of `task` (PSM: also with a calculator; with `choice`: also choice accuracy)."
     spec = get_task(task)
     examples = few_shot(holdout_set(task, n, seed), k=shots, seed=seed)
     budget = max(len(answer_ids(tokenizer, e["prompt"], e["target"])) for e in examples) + 2
@@ -350,11 +351,67 @@ def evaluate_task(model: nn.Module, tokenizer, task: str, n: int = 1000, shots: 
                seconds=time.perf_counter() - t0, answers=[extract_answer(p) for p in preds])
     if spec.family == "psm":
         out["accuracy_calculator"] = sum(score_primitive(task, p, t, calculator=True) for p, t in zip(preds, targets)) / n
+    if choice and spec.random_guess is not None:
+        picks = choose_answers(model, tokenizer, task, [e["prompt"] for e in examples], batch_size)
+        out["choice_accuracy"] = sum(p == t for p, t in zip(picks, targets)) / n
     return out
+
+# %% ../nbs/04_primitives.ipynb #1f418825
+def answer_candidates(task: str, prompt: str) -> list[str]:
+    "The answers a guesser picks from in the query of `prompt`: a copying sequence's words, a program's base values."
+    spec = get_task(task)
+    query = prompt.split("\n\n")[-1]
+    if spec.family == "copy":
+        return query.splitlines()[1].split()[:COPY_SEQ_LEN]
+    if spec.family == "var":
+        return [rhs for _, rhs in _ASSIGN.findall(query) if rhs.isdigit()]
+    raise ValueError(f"answer_candidates: {task!r} has no candidate answers (only copying and variable assignment do)")
+
+
+@torch.no_grad()
+def answer_logprobs(model: nn.Module, tokenizer, pairs: list[tuple[str, str]], batch_size: int = 16) -> list[float]:
+    "The log-probability of each (prompt, answer) pair's answer after its prompt (summed over the answer's tokens)."
+    was_training, device = model.training, next(model.parameters()).device
+    model.eval()
+    seqs = [(tokenizer.encode(p), answer_ids(tokenizer, p, a)) for p, a in pairs]
+    order = sorted(range(len(seqs)), key=lambda i: len(seqs[i][0]) + len(seqs[i][1]))
+    out = [0.0] * len(seqs)
+    with output_layer(model, nn.Identity()) as head:
+        for start in range(0, len(order), batch_size):
+            batch = order[start:start + batch_size]
+            n = max(len(seqs[i][0]) + len(seqs[i][1]) for i in batch) - 1
+            x = torch.full((len(batch), n), tokenizer.pad_id, dtype=torch.long)
+            y = torch.full_like(x, -100)
+            for r, i in enumerate(batch):
+                prompt, answer = seqs[i]
+                ids = prompt + answer
+                x[r, :len(ids) - 1] = torch.tensor(ids[:-1])
+                y[r, len(prompt) - 1:len(ids) - 1] = torch.tensor(answer)
+            hidden, _ = model(x.to(device))
+            keep = y != -100
+            logp = head(hidden[keep.to(device)]).float().log_softmax(-1)
+            logp = logp.gather(1, y[keep].to(device)[:, None])[:, 0].cpu()
+            sums = torch.zeros(len(batch)).index_add_(0, keep.nonzero()[:, 0], logp)
+            for r, i in enumerate(batch):
+                out[i] = sums[r].item()
+    model.train(was_training)
+    return out
+
+
+def choose_answers(model: nn.Module, tokenizer, task: str, prompts: list[str], batch_size: int = 16) -> list[str]:
+    "For each prompt of `task`, the candidate answer `model` finds most likely (the first on a tie)."
+    candidates = [answer_candidates(task, p) for p in prompts]
+    scores = answer_logprobs(model, tokenizer, [(p, c) for p, cs in zip(prompts, candidates) for c in cs], batch_size)
+    picks, k = [], 0
+    for cs in candidates:
+        s = scores[k:k + len(cs)]
+        picks.append(cs[max(range(len(cs)), key=s.__getitem__)])
+        k += len(cs)
+    return picks
 
 # %% ../nbs/04_primitives.ipynb #b1da9922
 def table6_rows(results: list[dict]) -> pd.DataFrame:
-    "Per-task results of `evaluate_task` as Table 6 rows (row, task, calculator, title, accuracy, n, random_guess)."
+    "Per-task results of `evaluate_task` as Table 6 rows (row, task, calculator, title, accuracy, choice_accuracy, n, random_guess)."
     by_task = {r["task"]: r for r in results}
     paper = table6_paper().set_index("row")
     rows = []
@@ -362,7 +419,8 @@ def table6_rows(results: list[dict]) -> pd.DataFrame:
         if task in by_task:
             r = by_task[task]
             rows.append(dict(row=row, task=task, calculator=calc, title=paper.title[row],
-                             accuracy=r["accuracy_calculator"] if calc else r["accuracy"], n=r["n"], shots=r["shots"],
+                             accuracy=r["accuracy_calculator"] if calc else r["accuracy"],
+                             choice_accuracy=r.get("choice_accuracy", float("nan")), n=r["n"], shots=r["shots"],
                              random_guess=PRIMITIVE_TASKS[task].random_guess))
     return pd.DataFrame(rows)
 
@@ -374,11 +432,13 @@ def evaluate_primitives(model: nn.Module, tokenizer, tasks: Iterable[str] | None
     return table6_rows([evaluate_task(model, tokenizer, t, n, shots, seed, batch_size) for t in tasks])
 
 
-def table6(results: dict[str, pd.DataFrame]) -> pd.DataFrame:
-    "Table 6: our accuracies (%) per model (`{name: table6_rows}`) beside the paper's and random guessing."
+def table6(results: dict[str, pd.DataFrame], metric: str = "accuracy") -> pd.DataFrame:
+    "Table 6: our `metric` (accuracy or choice_accuracy, %) per model (`{name: table6_rows}`) beside the paper's and random guessing."
+    if metric not in ("accuracy", "choice_accuracy"):
+        raise ValueError(f"table6: metric={metric!r} is not one of ['accuracy', 'choice_accuracy']")
     out = table6_paper().rename(columns={"midas": "paper MIDAS", "baseline": "paper baseline"})
     for name, rows in results.items():
-        acc = rows.set_index("row").accuracy * 100
+        acc = rows.set_index("row")[metric] * 100
         out.insert(out.columns.get_loc("paper MIDAS"), name, out.row.map(acc))
     return out.rename(columns={"random_guess": "random guess"}).drop(columns=["task", "calculator"]).set_index("row")
 
