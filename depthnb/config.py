@@ -101,7 +101,8 @@ class PretrainConfig:
     eval_sequences: int = 256  # sequences per evaluation set
     log_every: int = 100
     ckpt_every: int = 10_000
-    n_snapshots: int = 20  # log-spaced intermediate snapshots kept (equal-perplexity control)
+    n_snapshots: int = 20  # intermediate snapshots kept (equal-perplexity control)
+    snapshot_spacing: str = "log"  # "log": dense early; "linear": even, for models whose perplexities cross late
     seed: int = 0
     device: str = "auto"  # "auto", "cpu", "cuda", "cuda:1", ...
     bf16: bool = True
@@ -111,6 +112,7 @@ class PretrainConfig:
 
     def __post_init__(self):
         check_choice("PretrainConfig.optimizer", self.optimizer, ("adamw", "adafactor"))
+        check_choice("PretrainConfig.snapshot_spacing", self.snapshot_spacing, ("log", "linear"))
         check_range("PretrainConfig.steps", self.steps, lo=1)
         check_range("PretrainConfig.batch_size", self.batch_size, lo=1)
         check_range("PretrainConfig.lr", self.lr, lo=0.0)

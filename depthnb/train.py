@@ -357,7 +357,7 @@ def _pretrain(config: PretrainConfig, run_dir: Path, info: DistInfo, init_model,
 def _train_loop(config, run_dir, model, train_model, optimizer, data, loop: _Loop, info: DistInfo, device,
                 precision, micro: int, metrics: MetricsLog, progress: bool) -> None:
     params = list(model.parameters())
-    snaps = set(snapshot_steps(config.steps, config.n_snapshots, first=config.warmup_steps))
+    snaps = set(snapshot_steps(config.steps, config.n_snapshots, first=config.warmup_steps, spacing=config.snapshot_spacing))
     peak = peak_flops(device)
     bar = tqdm(total=loop.stop, initial=loop.begin, disable=not (progress and info.main), desc=run_dir.name,
                dynamic_ncols=True, leave=False)
