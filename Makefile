@@ -12,7 +12,7 @@ TORCH_VERSION ?= 2.13.0
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.depthnb-installed
 
-.PHONY: help install reproduce test export readme nbs lab docs clean
+.PHONY: help install reproduce test export readme nbs lab docs clean gpu-prepare gpu-rehearsal
 
 help:
 	@echo "make reproduce   install, then run the $(PRESET) preset end to end (results in runs/ and figures/)"
@@ -22,6 +22,8 @@ help:
 	@echo "make docs        build the docs site into _docs/ (DOCS_CHECK=1: also check it in headless Chromium)"
 	@echo "make lab         JupyterLab on nbs/ with this environment as the kernel"
 	@echo "make readme      regenerate README.md from nbs/index.ipynb"
+	@echo "make gpu-prepare     build .gpu/ (data, wheels, plan) for a device window (benchmarks/README.md)"
+	@echo "make gpu-rehearsal   the GPU plan on the CPU at shrunk shapes: two calls, a cut, the report"
 
 # --system-site-packages lets a PyTorch already installed for this python (a GPU build) be reused.
 $(BIN)/python:
@@ -85,3 +87,11 @@ lab: install
 
 clean:
 	rm -rf _proc _docs .pytest_cache
+
+# The GPU plan (benchmarks/README.md, "The GPU plan"): build the carried .gpu/ folder, or rehearse the whole
+# plan on the CPU at shrunk shapes (two simulated device calls, the first cut mid-pretraining; a few minutes).
+gpu-prepare: install
+	$(BIN)/python benchmarks/gpu_plan.py prepare
+
+gpu-rehearsal: install
+	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/gpu_plan.py rehearse

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The GPU measurements of benchmarks/README.md, one stage per device-tool call (each well under 10 min).
-#   bash benchmarks/gpu.sh tests|134M|374M|cogs|midas [extra `depthnb bench` flags]
+#   bash benchmarks/gpu.sh tests|134M|374M|cogs|midas [extra `depthnb bench` flags; for tests: pytest flags]
+# benchmarks/gpu_plan.py chains these stages with the `gpu` preset's science in one device window.
 # Needs: .whl/ (fastcore wheel; the GPU image lacks it) and, for `cogs`, $COGS_TSV (default
 # data/cache/bench/gen.tsv). Writes logs and JSON to $OUT (default runs/bench) and appends each run to
 # benchmarks/RESULTS.md, then copies that file to $OUT so it comes back from the device.
@@ -9,17 +10,19 @@ cd "$(dirname "$0")/.."
 stage=${1:?usage: gpu.sh tests|134M|374M|cogs|midas [flags]}; shift
 OUT=${OUT:-runs/bench}; mkdir -p "$OUT"
 COGS_TSV=${COGS_TSV:-data/cache/bench/gen.tsv}
-if ! python3 -c "import fastcore" 2>/dev/null; then
+if ! python3 -c "import fastcore" 2>/dev/null && ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
   export PYTHONPATH=/tmp/site
 fi
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 bench() { python3 -c 'import sys; from depthnb.bench import cli_bench; sys.exit(cli_bench(sys.argv[1:]))' "$@"; }
-nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.max.sm,temperature.gpu --format=csv | tee "$OUT/gpu_$stage.txt"
+if command -v nvidia-smi >/dev/null; then  # absent on the CPU (gpu_plan.py's rehearsal)
+  nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.max.sm,temperature.gpu --format=csv | tee "$OUT/gpu_$stage.txt"
+fi
 rc=0
 case $stage in
   tests)  # the CUDA paths: FlexAttention vs SDPA (values and gradients), compiled bf16 training, the CLI
-    python3 -m pytest -q -rs tests/test_bench.py tests/test_model.py 2>&1 | tee "$OUT/tests.log" || rc=$? ;;
+    python3 -m pytest -q -rs tests/test_bench.py tests/test_model.py "$@" 2>&1 | tee "$OUT/tests.log" || rc=$? ;;
   134M)   # Petty's 134M class at its base depth: MFU target 45%, ratio to the reference >= 1.0
     bench --device cuda --size-class 134M --layers 12 --n-ctx 1024 --batch 16 \
       --attn-impl sdpa,flex,flex-nobiasgrad --steps 10 --rounds 5 --record --json "$OUT/134M.json" "$@" \

@@ -32,7 +32,8 @@ from .model import DecoderLM
 from .solver import model_config
 from .train import autocast, configure_backends, make_optimizer, mfu, peak_flops, train_step
 from .runs import read_metrics
-from .data import load_task, load_tokenizer
+from .data import load_tokenizer
+from .tasks import load_task
 from .schedules import speedup, stack_config
 from .stacking import stack_train
 
@@ -588,7 +589,7 @@ def cogs_lengths(tsv: str | Path | None = None, tokenizer: str | Path | None = N
     "(prompt tokens incl. <sep>, answer tokens incl. <eos>) for each COGS gen example, and where they came from."
     if tsv is None:
         split = load_task("cogs", splits=["gen"])["gen"]
-        pairs, source = list(zip(split["input"], split["target"])), "data.load_task('cogs')['gen']"
+        pairs, source = list(zip(split["input"], split["target"])), "tasks.load_task('cogs')['gen']"
     else:
         rows = [line.split("\t") for line in Path(tsv).read_text().splitlines() if line.strip()]
         bad = [i + 1 for i, r in enumerate(rows) if len(r) < 2]
@@ -742,7 +743,7 @@ def _parser() -> CommandParser:
                        ("prompt-len", int), ("new-tokens", int), ("decode-rounds", int), ("seed", int)):
         ap.add_argument(f"--{name}", type=kind, help=f"BenchConfig.{name.replace('-', '_')}")
     ap.add_argument("--parts", default="train,decode", help="comma-separated: train, decode, cogs, midas")
-    ap.add_argument("--cogs-tsv", help="COGS gen.tsv (default: data.load_task('cogs')['gen'] if available)")
+    ap.add_argument("--cogs-tsv", help="COGS gen.tsv (default: tasks.load_task('cogs')['gen'] if available)")
     ap.add_argument("--tokenizer", help="SentencePiece model for COGS token lengths (default: whitespace tokens)")
     ap.add_argument("--cogs-limit", type=int, help="decode only the first N COGS gen examples")
     ap.add_argument("--cogs-batch", type=int, default=512, help="COGS decoding batch size (default 512)")

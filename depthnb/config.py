@@ -431,6 +431,25 @@ PRESETS: dict[str, Preset] = {
     ),
 }
 
+# %% ../nbs/00_config.ipynb #c355ab18
+PRESETS["gpu"] = replace(
+    PRESETS["small"],
+    name="gpu",
+    description="One 30-minute window on one H100/H200 (benchmarks/gpu_plan.py): the small preset's 41M family "
+                "and 12-layer MIDAS study at an eighth of its steps, eager, next to the GPU benchmarks.",
+    hardware="1x NVIDIA H100/H200, one 30-minute window",
+    pretrain=replace(PRESETS["small"].pretrain,
+                     data=replace(PRESETS["small"].pretrain.data, max_train_docs=50_000, tokenizer_docs=50_000),
+                     steps=500, warmup_steps=50, eval_every=125, eval_sequences=64, ckpt_every=100, n_snapshots=8,
+                     compile=False),
+    finetune=replace(PRESETS["small"].finetune, steps=300, batch_size=64, lr=1e-3, warmup_steps=30, eval_every=75,
+                     eval_examples=200, n_snapshots=4, gen_limit=500),
+    primitives=PrimitiveConfig(n_eval=100, ft_steps=100, ft_eval_from=60, ft_eval_every=20, ft_seeds=(0,)),
+    control_task="geoquery",
+    control_references=(7,),
+    workers=4,
+)
+
 # %% ../nbs/00_config.ipynb #4184010f
 def load_preset(name: str = "tiny", **overrides) -> Preset:
     "The preset `name` with `overrides` applied (see `override`)."

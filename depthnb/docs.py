@@ -17,25 +17,21 @@ import time
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from pathlib import Path
-from urllib.parse import urljoin, urlsplit
 
 import nbformat
 from .config import EXPERIMENTS
+from .sitecheck import BROWSER_REQUIREMENTS, CHECKED_PAGES, check_site
 
 # %% auto #0
-__all__ = ['DOCS_REQUIREMENTS', 'BROWSER_REQUIREMENTS', 'CHROMIUM_FLAGS', 'SITE_CSS', 'CHECKED_PAGES', 'find_root',
-           'read_settings', 'SitePages', 'site_pages', 'process_notebooks', 'page_source', 'split_directives',
-           'front_matter', 'title_and_summary', 'fix_links', 'show_doc_markdown', 'myst_notebook', 'fallback_anchors',
-           'Figure', 'reproduced', 'gallery_myst', 'gallery_markdown', 'page_name', 'notebooks_table', 'mathjax_static',
-           'sphinx_conf', 'toctree', 'insert_after_heading', 'DocsBuild', 'missing_requirements',
-           'install_requirements', 'write_site_source', 'build_docs', 'html_table_markdown', 'readme_markdown',
-           'write_readme', 'crawl_links', 'PageCheck', 'SiteCheck', 'check_site', 'main']
+__all__ = ['DOCS_REQUIREMENTS', 'SITE_CSS', 'find_root', 'read_settings', 'SitePages', 'site_pages', 'process_notebooks',
+           'page_source', 'split_directives', 'front_matter', 'title_and_summary', 'fix_links', 'show_doc_markdown',
+           'myst_notebook', 'fallback_anchors', 'Figure', 'reproduced', 'by_preset', 'gallery_myst', 'gallery_markdown',
+           'page_name', 'notebooks_table', 'mathjax_static', 'sphinx_conf', 'toctree', 'insert_after_heading',
+           'DocsBuild', 'missing_requirements', 'install_requirements', 'write_site_source', 'build_docs',
+           'html_table_markdown', 'readme_markdown', 'write_readme', 'main']
 
 # %% ../nbs/12_docs.ipynb #c2f34bde
 DOCS_REQUIREMENTS = ("sphinx>=8", "myst-nb>=1.2", "sphinx-book-theme>=1.1", "sphinx-mathjax-offline>=0.0.2")
-BROWSER_REQUIREMENTS = ("playwright>=1.40", "jupyterlab>=4")  # the docs site and JupyterLab, checked in Chromium
-CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync")
 
 
 def find_root(start: str | Path | None = None) -> Path:
@@ -323,20 +319,25 @@ def _short(caption: str) -> str:
     return re.sub(r"\s*\[[^\]]*\]\s*$", "", caption)
 
 
+def by_preset(figs: list[Figure], tables: list[Figure]) -> dict[str, tuple[list[Figure], list[Figure]]]:
+    "The figures and the tables of each preset, presets in the order they first appear."
+    presets = dict.fromkeys(f.preset for f in figs + tables)
+    return {p: ([f for f in figs if f.preset == p], [t for t in tables if t.preset == p]) for p in presets}
+
+
 def gallery_myst(root: Path, figs: list[Figure], tables: list[Figure]) -> str:
     "The home page's gallery: a grid of figures with captions (MyST), then each table, folded."
     if not figs and not tables:
         return "Nothing reproduced yet: run `make reproduce`, then `make docs`."
     out = []
-    for preset in dict.fromkeys(f.preset for f in figs + tables):
+    for preset, (fs, ts) in by_preset(figs, tables).items():
         out.append(f"### Preset `{preset}`\n")
-        fs = [f for f in figs if f.preset == preset]
         if fs:
             out.append("::::{container} depthnb-gallery")
             for f in fs:
                 out.append(f":::{{figure}} {f.path.as_posix()}\n:alt: {_short(f.caption)}\n\n{f.caption}\n:::")
             out.append("::::\n")
-        for t in (t for t in tables if t.preset == preset):
+        for t in ts:
             body = (root / t.path).read_text().strip().split("\n\n", 1)[-1]
             out.append(f"<details><summary>{html.escape(t.caption)}</summary>\n\n{body}\n\n</details>\n")
     return "\n".join(out)
@@ -347,11 +348,10 @@ def gallery_markdown(figs: list[Figure], tables: list[Figure]) -> str:
     if not figs and not tables:
         return "Nothing reproduced yet: run `make reproduce`."
     out = []
-    for preset in dict.fromkeys(f.preset for f in figs + tables):
+    for preset, (fs, ts) in by_preset(figs, tables).items():
         out.append(f"### Preset `{preset}`\n")
-        for f in (f for f in figs if f.preset == preset):
+        for f in fs:
             out.append(f"![{_short(f.caption)}]({f.path.as_posix()})\n\n*{f.caption}*\n")
-        ts = [t for t in tables if t.preset == preset]
         if ts:
             out.append("Tables:\n\n" + "\n".join(f"- [{t.path.stem}]({t.path.as_posix()}): {t.caption}" for t in ts) + "\n")
     return "\n".join(out)
@@ -637,219 +637,7 @@ def write_readme(root: str | Path | None = None) -> Path:
     (root / "README.md").write_text(readme_markdown(root))
     return root / "README.md"
 
-# %% ../nbs/12_docs.ipynb #32890240
-class _LinkParser(HTMLParser):
-    "Links (`href`/`src`) and element ids of one HTML page."
-    def __init__(self):
-        super().__init__()
-        self.links, self.ids = [], set()
-
-    def handle_starttag(self, tag, attrs):
-        a = dict(attrs)
-        if a.get("id"):
-            self.ids.add(a["id"])
-        if tag == "a" and a.get("name"):
-            self.ids.add(a["name"])
-        for key in ("href", "src"):
-            if a.get(key) and not (tag == "link" and a.get("rel") in ("canonical",)):
-                self.links.append(a[key])
-
-
-def crawl_links(base_url: str, fetch, start: str = "index.html", limit: int = 2000) -> tuple[list[str], list[str]]:
-    "Crawl the site's internal links from `start`; `fetch(url) -> (status, content_type, text)`. Returns (pages, broken)."
-    origin = urlsplit(base_url).netloc
-    seen_pages, queue, broken, cache = set(), [urljoin(base_url, start)], [], {}
-
-    def get(url):
-        if url not in cache:
-            cache[url] = fetch(url)
-        return cache[url]
-
-    pages_ids: dict[str, set[str]] = {}
-    checks: list[tuple[str, str]] = []  # (from page, absolute link)
-    while queue and len(seen_pages) < limit:
-        page = queue.pop(0)
-        if page in seen_pages:
-            continue
-        seen_pages.add(page)
-        status, ctype, text = get(page)
-        if status != 200:
-            broken.append(f"{page}: HTTP {status}")
-            continue
-        p = _LinkParser()
-        p.feed(text)
-        pages_ids[page] = p.ids
-        for link in p.links:
-            absolute = urljoin(page, link)
-            parts = urlsplit(absolute)
-            if parts.scheme not in ("http", "https") or parts.netloc != origin:
-                continue
-            checks.append((page, absolute))
-            target = absolute.split("#")[0].split("?")[0]
-            if target.endswith(".html") or target.endswith("/"):
-                queue.append(target)
-    for page, link in checks:
-        target, _, anchor = link.partition("#")
-        target = target.split("?")[0]
-        status, ctype, text = get(target)
-        if status != 200:
-            broken.append(f"{page} -> {link}: HTTP {status}")
-        elif anchor and "html" in ctype:
-            if target not in pages_ids:
-                p = _LinkParser()
-                p.feed(text)
-                pages_ids[target] = p.ids
-            if anchor not in pages_ids[target]:
-                broken.append(f"{page} -> {link}: no element with id {anchor!r}")
-    return sorted(seen_pages), sorted(set(broken))
-
-# %% ../nbs/12_docs.ipynb #1f4639b5
-@dataclass
-class PageCheck:
-    "What the browser saw on one page."
-    page: str
-    status: int
-    title: str
-    images: int
-    images_broken: list[str]
-    math: int
-    math_typeset: int
-    math_errors: int
-    screenshot: Path | None
-    failed_requests: list[str]
-
-    def problems(self, need_math: bool = False, need_images: bool = False) -> list[str]:
-        out = []
-        if self.status != 200:
-            out.append(f"{self.page}: HTTP {self.status}")
-        if self.images_broken:
-            out.append(f"{self.page}: images not loaded: {self.images_broken}")
-        if need_images and not self.images:
-            out.append(f"{self.page}: no images")
-        if self.math_typeset < self.math or self.math_errors:
-            out.append(f"{self.page}: {self.math - self.math_typeset} of {self.math} math elements not typeset, "
-                       f"{self.math_errors} MathJax errors")
-        if need_math and not self.math:
-            out.append(f"{self.page}: no math")
-        if self.failed_requests:
-            out.append(f"{self.page}: failed requests: {self.failed_requests}")
-        return out
-
-
-@dataclass
-class SiteCheck:
-    "What `check_site` found."
-    pages: list[PageCheck]
-    crawled: list[str]
-    broken_links: list[str]
-    search_results: int
-    seconds: float
-
-    def problems(self, need_math=(), need_images=()) -> list[str]:
-        out = [p for c in self.pages for p in c.problems(c.page in need_math, c.page in need_images)]
-        out += [f"broken link: {b}" for b in self.broken_links]
-        if self.search_results < 1:
-            out.append("search returned no results")
-        return out
-
-# %% ../nbs/12_docs.ipynb #f39c058c
-def _serve(site: Path):
-    "A threaded HTTP server for `site` on a free localhost port: (server, base_url)."
-    import functools
-    import threading
-    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
-
-    class Quiet(SimpleHTTPRequestHandler):
-        def log_message(self, *args):
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(site)))
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server, f"http://127.0.0.1:{server.server_address[1]}/"
-
-
-def _fetch(url: str) -> tuple[int, str, str]:
-    import urllib.error
-    import urllib.request
-
-    try:
-        with urllib.request.urlopen(url, timeout=30) as r:
-            ctype = r.headers.get("Content-Type", "")
-            body = r.read()
-            return r.status, ctype, body.decode("utf-8", "replace") if "html" in ctype else ""
-    except urllib.error.HTTPError as e:
-        return e.code, "", ""
-
-
-_PAGE_PROBE = """async () => {
-  if (window.MathJax && MathJax.startup && MathJax.startup.promise) { await MathJax.startup.promise; }
-  const imgs = [...document.images];
-  await Promise.all(imgs.map(i => i.complete ? null : new Promise(r => { i.onload = i.onerror = r; })));
-  const math = [...document.querySelectorAll('article .math, .bd-article .math, main .math')];
-  return {
-    title: document.title,
-    images: imgs.length,
-    broken: imgs.filter(i => !(i.naturalWidth > 0)).map(i => i.getAttribute('src')),
-    math: math.length,
-    typeset: math.filter(m => m.querySelector('mjx-container') || m.tagName.toLowerCase() === 'mjx-container').length,
-    errors: document.querySelectorAll('mjx-merror').length,
-  };
-}"""
-
-
-def check_site(site: str | Path, pages=("index.html", "solver.html", "model.html"),
-               screenshots: str | Path | None = None, chromium: str = "/usr/bin/chromium") -> SiteCheck:
-    "Open `pages` of the built `site` in headless Chromium, crawl its links, search it; screenshots to `screenshots`."
-    from playwright.sync_api import sync_playwright
-
-    t0, site = time.time(), Path(site)
-    if not Path(chromium).exists():
-        raise FileNotFoundError(f"{chromium} not found: install Debian's chromium (apt-get install chromium)")
-    shots = Path(screenshots) if screenshots else None
-    if shots:
-        shots.mkdir(parents=True, exist_ok=True)
-    server, base = _serve(site)
-    results = []
-    try:
-        with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=chromium, args=list(CHROMIUM_FLAGS[1:]), headless=True)
-            ctx = browser.new_context(viewport={"width": 1280, "height": 900})
-            for name in pages:
-                page, failed = ctx.new_page(), []
-                page.on("requestfailed", lambda r, failed=failed: failed.append(f"{r.url} ({r.failure})"))
-                page.on("request", lambda r, failed=failed: failed.append(f"left localhost: {r.url}")
-                        if not r.url.startswith(base) and r.url.startswith("http") else None)
-                resp = page.goto(base + name, wait_until="load")
-                info = page.evaluate(_PAGE_PROBE)
-                shot = None
-                if shots:  # the first screen as a reader sees it, and the whole page
-                    shot = shots / (name.replace("/", "_").removesuffix(".html") + ".png")
-                    page.screenshot(path=str(shot))
-                    page.screenshot(path=str(shot.with_name(shot.stem + "-full.png")), full_page=True)
-                results.append(PageCheck(name, resp.status if resp else 0, info["title"], info["images"], info["broken"],
-                                         info["math"], info["typeset"], info["errors"], shot, failed))
-                page.close()
-            search = ctx.new_page()
-            search.goto(base + "search.html?q=solver", wait_until="load")
-            try:
-                search.wait_for_selector("#search-results ul li, ul.search li", timeout=15_000)
-            except Exception:
-                pass
-            n_results = search.locator("#search-results ul li, ul.search li").count()
-            if shots:
-                search.screenshot(path=str(shots / "search.png"), full_page=False)
-            browser.close()
-        crawled, broken = crawl_links(base, _fetch)
-    finally:
-        server.shutdown()
-        server.server_close()
-    rel = lambda u: u[len(base):] if u.startswith(base) else u
-    return SiteCheck(results, [rel(u) for u in crawled], [b.replace(base, "") for b in broken], n_results, time.time() - t0)
-
 # %% ../nbs/12_docs.ipynb #36c68463
-CHECKED_PAGES = ("index.html", "solver.html", "model.html")
-
-
 def main(argv: list[str] | None = None) -> int:
     "`python -m depthnb.docs deps|build|check|readme [--out DIR] [--screenshots DIR] [--no-build]`."
     import argparse

@@ -8,7 +8,7 @@ from __future__ import annotations
 import copy
 import functools
 import json
-import math
+import sys
 import time
 from collections import defaultdict
 from dataclasses import replace
@@ -16,25 +16,26 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from tqdm.auto import tqdm
 
 from .config import (CommandParser, DataConfig, FinetuneConfig, Preset, UsageError, add_family_args,
-                            choices, family_from_args, from_dict, get_preset, preset_from_args,
+                            family_from_args, from_dict, get_preset, preset_from_args,
                             preset_size_class, to_dict)
-from .data import GENERALIZATION_SPLIT, TASKS, load_task, load_tokenizer, train_tokenizer
+from .data import load_tokenizer, train_tokenizer
+from .tasks import (HELD_OUT_SPLIT, TASKS, coverage_warnings, parse_task, task_coverage, task_dataset,
+                           task_name)
 from .model import DecoderLM, generate_many
-from .train import (check_finite, autocast, lr_at, make_optimizer, maybe_compile, resolve_device,
-                           set_lr, train_step)
-from .runs import (MetricsLog, atomic_write, finetune_run_dir, is_done, latest_checkpoint, load_model,
-                          mark_done, pretrain_run_dir, read_config, rng_state, run_lock, save_checkpoint,
-                          save_weights, set_rng_state, source_run_dir, step_file, write_or_check_config)
+from .train import (LoopHooks, LoopSchedule, Window, autocast, finished_run, job_lock, make_optimizer,
+                           maybe_compile, resolve_device, train_loop)
+from .runs import (atomic_write, finetune_run_dir, is_done, load_model, pretrain_run_dir, read_config,
+                          source_run_dir)
 
 
 # %% auto #0
-__all__ = ['encode_example', 'lm_pair', 'collate', 'bucket_batches', 'BatchSchedule', 'greedy_decode', 'normalize', 'exact_match',
-           'token_batches', 'target_loss', 'evaluate', 'run_tokenizer', 'in_distribution_split', 'generalization_split',
-           'LazyPairs', 'cached_task', 'finetune', 'finetune_config', 'evaluate_run', 'finetune_job', 'finetune_parser',
-           'finetune_selection', 'cli_finetune', 'cli_evaluate']
+__all__ = ['TASK_RECORD', 'encode_example', 'lm_pair', 'collate', 'bucket_batches', 'BatchSchedule', 'greedy_decode', 'normalize',
+           'exact_match', 'token_batches', 'target_loss', 'evaluate', 'run_tokenizer', 'in_distribution_split',
+           'generalization_split', 'LazyPairs', 'cached_task', 'finetune', 'finetune_schedule', 'task_info',
+           'record_task', 'run_task', 'finetune_on', 'report_coverage', 'finetune_config', 'evaluate_run',
+           'finetune_job', 'finetune_parser', 'by_category', 'finetune_selection', 'cli_finetune', 'cli_evaluate']
 
 # %% ../nbs/07_finetune.ipynb #e96f4856
 def encode_example(tokenizer, source: str, target: str) -> tuple[list[int], int]:
@@ -159,8 +160,9 @@ def _group_accuracy(correct: list[bool], groups: list) -> dict:
 
 def evaluate(model: DecoderLM, tokenizer, dataset, *, split: str = "eval", batch_size: int = 64,
              max_new_tokens: int = 128, limit: int | None = None, use_cache: bool = True, loss: bool = True,
-             device=None, bf16: bool = True, out_dir: Path | str | None = None, progress: bool = False) -> dict:
-    "Exact-match accuracy (overall, per category, per generalization type) and target loss of `dataset`."
+             device=None, bf16: bool = True, out_dir: Path | str | None = None, progress: bool = False,
+             info: dict | None = None) -> dict:
+    "Exact-match accuracy (overall, per category, per generalization type) and target loss of `dataset` (`info`: more fields for the result)."
     if limit is not None and limit < len(dataset):
         dataset = _fixed_subset(dataset, limit)
     rows = dataset[:]  # a datasets.Dataset slice: a dict of columns
@@ -178,7 +180,7 @@ def evaluate(model: DecoderLM, tokenizer, dataset, *, split: str = "eval", batch
                   by_generalization_type=_group_accuracy(correct, gen_types),
                   loss=target_loss(model, tokenizer, sources, targets, batch_size=batch_size, device=device, bf16=bf16)
                   if loss else None,
-                  seconds=time.perf_counter() - t0, decode_seconds=decode_s, max_new_tokens=max_new_tokens)
+                  seconds=time.perf_counter() - t0, decode_seconds=decode_s, max_new_tokens=max_new_tokens, **(info or {}))
     if out_dir is not None:
         out = Path(out_dir)
         lines = [json.dumps(dict(input=s, target=t, prediction=p, correct=c, category=cat, generalization_type=g))
@@ -199,8 +201,8 @@ def run_tokenizer(run_dir: Path | str):
 
 
 def in_distribution_split(dataset) -> str:
-    "The split whose loss is tracked during fine-tuning: `dev`, else `train`."
-    return "dev" if "dev" in dataset else "train"
+    "The split whose loss is tracked during fine-tuning: `dev`, else a user task's held-out slice of train, else `train`."
+    return next(s for s in ("dev", HELD_OUT_SPLIT, "train") if s in dataset)
 
 
 def generalization_split(dataset) -> str:
@@ -239,16 +241,24 @@ class LazyPairs:
 
 
 @functools.lru_cache(maxsize=8)
-def cached_task(name: str):
-    "`data.load_task(name)`, read once per process."
-    return load_task(name)
+def cached_task(task: str):
+    "`tasks.task_dataset(task)` (a built-in name, a task folder or `hf:NAME`), read once per process."
+    return task_dataset(task)
 
 # %% ../nbs/07_finetune.ipynb #059b47c5
 def finetune(model_or_run, task: str, config: FinetuneConfig, run_dir: Path | str, *, tokenizer=None,
              dataset=None, progress: bool = True, log=print) -> DecoderLM:
     "Fine-tune a pretrained model (object or run/snapshot path) on `task` in `run_dir`; resumes; returns the model."
-    with run_lock(run_dir):
+    with job_lock(run_dir):
         return _finetune(model_or_run, task, config, Path(run_dir), tokenizer, dataset, progress, log)
+
+
+def finetune_schedule(config: FinetuneConfig) -> LoopSchedule:
+    "Fine-tuning's `LoopSchedule`: warm-up then a constant rate; evaluation and a checkpoint every `eval_every` steps, snapshots at `n_snapshots` of them."
+    eval_steps = sorted(set(range(config.eval_every, config.steps + 1, config.eval_every)) | {config.steps})
+    return LoopSchedule(begin=0, stop=config.steps, steps=config.steps, lr=config.lr, warmup_steps=config.warmup_steps,
+                        min_lr_ratio=1.0, log_every=max(1, config.eval_every // 10), eval_every=config.eval_every,
+                        ckpt_every=config.eval_every, snapshots=frozenset(_even_pick(eval_steps, config.n_snapshots)))
 
 
 def _finetune(model_or_run, task: str, config: FinetuneConfig, run_dir: Path, tokenizer, dataset, progress: bool,
@@ -264,85 +274,95 @@ def _finetune(model_or_run, task: str, config: FinetuneConfig, run_dir: Path, to
         tokenizer = tokenizer or run_tokenizer(source_run_dir(source))
     record = dict(kind="finetune", config=to_dict(config), task=task, source=str(source) if source else None,
                   tokenizer=str(Path(tokenizer.path).resolve()), model_config=to_dict(model.cfg))
-    write_or_check_config(run_dir, record)
-    if is_done(run_dir):
-        log(f"{run_dir}: finished already (step {config.steps}); loading final.pt")
-        return load_model(run_dir, device).train()
+    finished = finished_run(run_dir, record, device, say=log)
+    if finished is not None:
+        return finished
 
     dataset = dataset if dataset is not None else cached_task(task)
     pairs = LazyPairs(tokenizer, dataset["train"])
+    batches = BatchSchedule(pairs.lengths, config.batch_size, config.seed)
     id_name = in_distribution_split(dataset)
     id_split = _fixed_subset(dataset[id_name], config.eval_examples)
-    schedule = BatchSchedule(pairs.lengths, config.batch_size, config.seed)
 
-    ckpt_path, state = latest_checkpoint(run_dir, log=log)
-    begin, last_ckpt = 0, None
-    if state is not None:
-        model.load_state_dict(state["model"])
+    def batch(s: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        x, y = collate(pairs(batches(s)), tokenizer.pad_id)
+        return [(x.to(device), y.to(device))]
+
+    def evaluate(m: DecoderLM) -> dict[str, float]:
+        return {id_name: target_loss(m, tokenizer, list(id_split["input"]), list(id_split["target"]),
+                                     batch_size=config.eval_batch_size, device=device, bf16=config.bf16)}
+
+    def train_record(w: Window) -> dict:
+        return dict(kind="train", step=w.step, loss=w.loss, lr=w.lr, grad_norm=w.grad_norm,
+                    examples_per_s=w.steps * batches.batch_size / w.seconds)
+
+    hooks = LoopHooks(batch, evaluate, train_record, wrap=lambda m: maybe_compile(m, config.compile, device, dynamic=True))
     model.to(device).train()
     optimizer = make_optimizer(model, config.optimizer, config.lr, config.weight_decay, fused=True)
-    if state is not None:
-        optimizer.load_state_dict(state["optimizer"])
-        set_rng_state(state["rng"])
-        begin = last_ckpt = state["step"]
-        log(f"{run_dir}: resuming from {ckpt_path.name} (step {begin} of {config.steps})")
-    else:
-        torch.manual_seed(config.seed)
-    metrics = MetricsLog(run_dir)
-    metrics.truncate(begin)
+    torch.manual_seed(config.seed)  # a resumed run restores the generators from its checkpoint instead
+    return train_loop(run_dir, model, optimizer, finetune_schedule(config), hooks, config=to_dict(config),
+                      grad_clip=config.grad_clip, precision=lambda: autocast(device, config.bf16), progress=progress,
+                      desc=f"{task} {run_dir.name}", say=log)
 
-    eval_steps = sorted(set(range(config.eval_every, config.steps + 1, config.eval_every)) | {config.steps})
-    snaps = set(_even_pick(eval_steps, config.n_snapshots))
-    log_every = max(1, config.eval_every // 10)
-    precision = lambda: autocast(device, config.bf16)
-    train_model = maybe_compile(model, config.compile, device, dynamic=True)
-    window, t_window = [], time.perf_counter()
-    bar = tqdm(total=config.steps, initial=begin, disable=not progress, desc=f"{task} {run_dir.name}", leave=False)
-    for s in range(begin, config.steps):
-        lr = lr_at(s, config.lr, config.steps, config.warmup_steps, min_lr_ratio=1.0)
-        set_lr(optimizer, lr)
-        x, y = collate(pairs(schedule(s)), tokenizer.pad_id)
-        seen = {}
+# %% ../nbs/07_finetune.ipynb #16ac487c
+TASK_RECORD = "task.json"  # beside config.json in the run of a user's task: where its examples come from
 
-        def check(loss, grad_norm):
-            seen.update(loss=loss.item(), grad_norm=grad_norm.item())
-            check_finite(seen["loss"], seen["grad_norm"], s + 1, run_dir, last_ckpt)
 
-        train_step(train_model, optimizer, [(x.to(device), y.to(device))], config.grad_clip, precision,
-                   params=model.parameters(), before_update=check)
-        step = s + 1
-        window.append(seen["loss"])
-        bar.update(1)
-        if step % log_every == 0 or step == config.steps:
-            metrics.write(kind="train", step=step, loss=sum(window) / len(window), lr=lr, grad_norm=seen["grad_norm"],
-                          examples_per_s=len(window) * schedule.batch_size / (time.perf_counter() - t_window))
-            bar.set_postfix(loss=f"{sum(window) / len(window):.4f}")
-            window, t_window = [], time.perf_counter()
-        if step in eval_steps:
-            val = target_loss(model, tokenizer, list(id_split["input"]), list(id_split["target"]),
-                              batch_size=config.eval_batch_size, device=device, bf16=config.bf16)
-            metrics.write(kind="eval", step=step, split=id_name, loss=val, ppl=math.exp(min(val, 700)))
-            if step in snaps:
-                rel = Path("snapshots") / step_file(step)
-                save_weights(run_dir / rel, model, step=step)
-                metrics.write(kind="snapshot", step=step, path=str(rel))
-            save_checkpoint(run_dir, dict(step=step, model=model.state_dict(), optimizer=optimizer.state_dict(),
-                                          scheduler=dict(step=step, steps=config.steps), data_position=step,
-                                          rng=rng_state(), config=to_dict(config)))
-            last_ckpt = step
-            t_window = time.perf_counter()
-    bar.close()
-    metrics.close()
-    save_weights(run_dir / "final.pt", model, step=config.steps)
-    mark_done(run_dir, step=config.steps)
-    return model
+def task_info(task: str, dataset) -> dict:
+    "What the results of a user's task say about it: its name, its source, and which split plays which role."
+    id_split = in_distribution_split(dataset)
+    held = f"a fixed held-out slice of train ({len(dataset[id_split])} examples, seed 0)"
+    return dict(task=task_name(task), task_source=parse_task(task).spec, generalization_split=generalization_split(dataset),
+                in_distribution_split=id_split, in_distribution_from=held if id_split == HELD_OUT_SPLIT else id_split)
+
+
+def record_task(run_dir: Path | str, task: str, dataset) -> None:
+    "Write (or check) the `task.json` of a user's task in `run_dir`."
+    path = Path(run_dir) / TASK_RECORD
+    info = task_info(task, dataset)
+    if path.exists():
+        recorded = json.loads(path.read_text()).get("task_source")
+        if recorded != info["task_source"]:
+            raise ValueError(f"{run_dir} was fine-tuned on {recorded}, not on {info['task_source']} (a task of the "
+                             "same name): rename one of the folders, or give another --run-dir")
+        return
+    atomic_write(path, lambda f: f.write(json.dumps(info, indent=1).encode()))
+
+
+def run_task(run_dir: Path | str) -> str:
+    "The task of a fine-tuning run as `cached_task` reads it: a user task's recorded source, else the built-in name."
+    path = Path(run_dir) / TASK_RECORD
+    return json.loads(path.read_text())["task_source"] if path.exists() else read_config(run_dir)["task"]
+
+
+def finetune_on(model_or_run, task: str, config: FinetuneConfig, run_dir: Path | str, *, progress: bool = True,
+                log=print) -> DecoderLM:
+    "`finetune` on any task argument (`tasks.parse_task`); a user's task is recorded in the run's `task.json`."
+    if task in TASKS:
+        return finetune(model_or_run, task, config, run_dir, progress=progress, log=log)
+    spec = parse_task(task).spec
+    dataset = cached_task(spec)
+    record_task(run_dir, spec, dataset)
+    return finetune(model_or_run, task_name(spec), config, run_dir, dataset=dataset, progress=progress, log=log)
+
+
+def report_coverage(task: str, tokenizer, n_ctx: int, max_new_tokens: int, log=print, warn=None) -> list[str]:
+    "Log the tokenizer's coverage of a task (`tasks.task_coverage`) and `warn` each problem; returns the warnings."
+    coverage = task_coverage(tokenizer, cached_task(task), n_ctx, max_new_tokens)
+    name = task_name(task)
+    log(f"{name}: coverage by the {tokenizer.vocab_size:,}-piece tokenizer (n_ctx {n_ctx}, max_new_tokens "
+        f"{max_new_tokens}):\n{coverage.round(4).to_string()}")
+    warnings = coverage_warnings(coverage, name, n_ctx, max_new_tokens)
+    for w in warnings:
+        (warn or log)(w)
+    return warnings
 
 # %% ../nbs/07_finetune.ipynb #78fb18c2
 def finetune_config(preset: Preset | str, seed: int = 0, task: str | None = None) -> FinetuneConfig:
     "The preset's `FinetuneConfig` for `task` (its `task_steps`, if any) with `seed` (device: the preset's for \"auto\")."
     p = get_preset(preset)
     fc = p.finetune
-    return replace(fc, seed=seed, steps=p.task_steps.get(task, fc.steps),
+    return replace(fc, seed=seed, steps=p.task_steps.get(task_name(task) if task else task, fc.steps),
                    device=fc.device if fc.device != "auto" else p.device)
 
 
@@ -355,7 +375,8 @@ def evaluate_run(run_dir: Path | str, split: str | None = None, *, weights: str 
     if rec.get("kind") != "finetune":
         raise ValueError(f"{run_dir} is a {rec.get('kind')!r} run, not a fine-tuning run")
     cfg = from_dict(FinetuneConfig, rec["config"])
-    dataset = cached_task(rec["task"])
+    task = run_task(run_dir)
+    dataset = cached_task(task)
     split = split or generalization_split(dataset)
     if split not in dataset:
         raise KeyError(f"task {rec['task']!r} has no split {split!r}; splits: {list(dataset)}")
@@ -372,13 +393,14 @@ def evaluate_run(run_dir: Path | str, split: str | None = None, *, weights: str 
         limit = cfg.eval_examples if split == in_distribution_split(dataset) else cfg.gen_limit
     return evaluate(model, run_tokenizer(run_dir), dataset[split], split=stem, batch_size=cfg.eval_batch_size,
                     max_new_tokens=cfg.max_new_tokens, limit=limit, use_cache=use_cache, device=device,
-                    bf16=cfg.bf16, out_dir=run_dir / "eval", progress=progress)
+                    bf16=cfg.bf16, out_dir=run_dir / "eval", progress=progress,
+                    info=None if task in TASKS else task_info(task, dataset))
 
 # %% ../nbs/07_finetune.ipynb #c70f476a
 def finetune_job(preset: Preset | str, size_class, n_layers: int, seed: int, task: str, *,
                  source: str | Path | None = None, tag: str | None = None, evaluate: bool = True) -> str:
     "Fine-tune (or find finished) one run of a preset's sweep, score its generalization and in-distribution splits; returns the run directory."
-    p = get_preset(preset)
+    p, task = get_preset(preset), parse_task(task).spec
     if source is not None and tag is None:
         raise ValueError(f"finetune_job: source={str(source)!r} needs a tag, so that its run does not take the "
                          "place of the run fine-tuned from the final pretrained weights")
@@ -386,11 +408,12 @@ def finetune_job(preset: Preset | str, size_class, n_layers: int, seed: int, tas
         source = pretrain_run_dir(p, size_class, n_layers, seed)
         if not is_done(source):
             raise RuntimeError(f"{source}: the pretraining run has not finished (run the pretraining sweep first)")
-    run_dir = finetune_run_dir(p, size_class, n_layers, seed, task, tag)
+    run_dir = finetune_run_dir(p, size_class, n_layers, seed, task_name(task), tag)
     quiet = lambda *a, **k: None
-    finetune(source, task, finetune_config(p, seed, task), run_dir, progress=False, log=quiet)
+    finetune_on(source, task, finetune_config(p, seed, task), run_dir, progress=False, log=quiet)
     if evaluate:
-        for split in (GENERALIZATION_SPLIT[task], in_distribution_split(cached_task(task))):
+        dataset = cached_task(task)
+        for split in (generalization_split(dataset), in_distribution_split(dataset)):
             if not (run_dir / "eval" / f"{split}.json").exists():
                 evaluate_run(run_dir, split, log=quiet)
     return str(run_dir)
@@ -399,18 +422,32 @@ def finetune_job(preset: Preset | str, size_class, n_layers: int, seed: int, tas
 def finetune_parser(prog: str, description: str) -> CommandParser:
     "The parser of `depthnb finetune` and `depthnb evaluate`: a preset and a selection of its fine-tuning runs."
     ap = CommandParser(prog, description)
-    ap.add_argument("--tasks", default=None, help=f"comma-separated, of {', '.join(TASKS)} (default: the preset's)")
+    ap.add_argument("--tasks", default=None, help=f"comma-separated: built-in tasks ({', '.join(TASKS)}), task folders "
+                    "(train.tsv and dev.tsv, test.tsv or gen.tsv) or hf:NAME[:CONFIG][:input=COL][:target=COL]"
+                    "[:category=COL] (default: the preset's)")
     add_family_args(ap)
     ap.add_argument("--run-dir", default=None, help="a single fine-tuning run directory (instead of the selection)")
     ap.add_argument("--no-progress", action="store_true", help="no progress bars")
     return ap
 
 
+def by_category(result: dict) -> str:
+    "The per-category accuracies of a user task's result as lines to print (nothing for a built-in task)."
+    if "task_source" not in result:
+        return ""
+    return "".join(f"\n  {c}: {v['accuracy']:.3f} (n={v['n']})" for c, v in result["by_category"].items())
+
+
 def finetune_selection(args) -> list[tuple[Path, str, int, int]]:
     "(run_dir, task, n_layers, seed) of the runs that parsed arguments select; `UsageError` if one is bad."
     preset, sc, depths, seeds = family_from_args(args)
-    tasks = choices(args.tasks, "task", TASKS, default=preset.tasks)
-    runs = [(finetune_run_dir(preset, sc, n, s, t), t, n, s) for t in tasks for n in depths for s in seeds]
+    tasks = [parse_task(t).spec for t in (args.tasks.split(",") if args.tasks else preset.tasks) if t]
+    for task in dict.fromkeys(tasks):  # every file is read and checked before anything is written
+        try:
+            cached_task(task)
+        except (ValueError, FileNotFoundError) as e:
+            raise UsageError(str(e)) from None
+    runs = [(finetune_run_dir(preset, sc, n, s, task_name(t)), t, n, s) for t in tasks for n in depths for s in seeds]
     if args.run_dir:
         if len(runs) != 1:
             raise UsageError(f"--run-dir needs exactly one run, but {len(runs)} were selected "
@@ -434,18 +471,25 @@ def cli_finetune(argv: list[str] | None = None) -> int:
         if args.source and not Path(args.source).exists():
             raise UsageError(f"--source {args.source}: no such run directory or weights file")
         sc = preset_size_class(preset, args.size_class)
-        for run_dir, task, n, seed in runs:
-            source = Path(args.source) if args.source else pretrain_run_dir(preset, sc, n, seed)
+        sources = [Path(args.source) if args.source else pretrain_run_dir(preset, sc, n, seed) for _, _, n, seed in runs]
+        for task in dict.fromkeys(t for _, t, *_ in runs if t not in TASKS):  # before training: a user task's coverage
+            source = next((s for s, (_, t, *_) in zip(sources, runs) if t == task and (args.source or is_done(s))), None)
+            if source is None:  # not pretrained yet: the loop below says so
+                continue
+            fc = finetune_config(preset, 0, task)
+            report_coverage(task, run_tokenizer(source_run_dir(source)), preset.pretrain.model.n_ctx, fc.max_new_tokens,
+                            warn=lambda w: print(f"depthnb finetune: warning: {w}", file=sys.stderr))
+        for (run_dir, task, n, seed), source in zip(runs, sources):
             if is_done(run_dir):
                 print(f"{run_dir}: fine-tuning finished already; nothing to do")
             else:
                 if not args.source and not is_done(source):
                     raise RuntimeError(f"{source}: the pretraining run has not finished (run `depthnb pretrain "
                                        f"--preset {preset.name} --layers {n} --seeds {seed}` first)")
-                finetune(source, task, finetune_config(preset, seed, task), run_dir, progress=not args.no_progress)
+                finetune_on(source, task, finetune_config(preset, seed, task), run_dir, progress=not args.no_progress)
             if not args.no_eval:
                 res = evaluate_run(run_dir, progress=not args.no_progress)
-                print(f"{run_dir}: {res['split']} accuracy {res['accuracy']:.3f} (n={res['n']})")
+                print(f"{run_dir}: {res['split']} accuracy {res['accuracy']:.3f} (n={res['n']})" + by_category(res))
         return 0
     return ap.run(command, argv)
 
@@ -472,6 +516,7 @@ def cli_evaluate(argv: list[str] | None = None) -> int:
         for run_dir, *_ in runs:
             res = evaluate_run(run_dir, args.split, weights=args.snapshot, limit=args.limit, overwrite=args.overwrite,
                                progress=not args.no_progress)
-            print(f"{run_dir}: {res['split']} accuracy {res['accuracy']:.3f} (n={res['n']}, {res['seconds']:.1f} s)")
+            print(f"{run_dir}: {res['split']} accuracy {res['accuracy']:.3f} (n={res['n']}, {res['seconds']:.1f} s)"
+                  + by_category(res))
         return 0
     return ap.run(command, argv)

@@ -36,8 +36,8 @@ __all__ = ['KEEP_CHECKPOINTS', 'pretrain_run_dir', 'finetune_run_dir', 'stack_ru
            'DiskFullError', 'free_space', 'check_free_space', 'sha256_file', 'atomic_write', 'atomic_write_text',
            'file_lock', 'save_verified', 'load_verified', 'rng_state', 'set_rng_state', 'ConfigMismatchError',
            'write_or_check_config', 'read_config', 'MetricsLog', 'json_lines', 'read_metrics', 'mark_done', 'is_done',
-           'step_file', 'snapshot_steps', 'save_checkpoint', 'latest_checkpoint', 'save_weights', 'model_from_state',
-           'load_model', 'source_run_dir', 'RunInUseError', 'run_lock']
+           'read_done', 'step_file', 'snapshot_steps', 'save_checkpoint', 'latest_checkpoint', 'save_weights',
+           'model_from_state', 'load_model', 'source_run_dir', 'RunInUseError', 'run_lock']
 
 # %% ../nbs/02a_runs.ipynb #1dc9a379
 def pretrain_run_dir(preset: Preset | str, size_class, n_layers: int, seed: int = 0) -> Path:
@@ -286,6 +286,11 @@ def mark_done(run_dir: Path | str, **info) -> None:
 def is_done(run_dir: Path | str) -> bool:
     "Whether the run in `run_dir` has finished."
     return (Path(run_dir) / "DONE").exists()
+
+
+def read_done(run_dir: Path | str) -> dict:
+    "The `DONE` record of a finished run (its last step, and what the writer added: e.g. its training seconds)."
+    return json.loads((Path(run_dir) / "DONE").read_text())
 
 # %% ../nbs/02a_runs.ipynb #bb924d0b
 KEEP_CHECKPOINTS = 2  # rotating full checkpoints kept per run

@@ -5,7 +5,6 @@
 # %% ../nbs/06b_stacking.ipynb #2f9d4e61
 from __future__ import annotations
 
-import contextlib
 import itertools
 import json
 import time
@@ -20,11 +19,11 @@ from .config import (STACK_RUNS, CommandParser, Preset, PretrainConfig, StackCon
 from .data import prepare_pretraining
 from .growth import grow
 from .model import DecoderLM
-from .runs import (atomic_write, is_done, json_lines, latest_checkpoint, load_model, mark_done, read_metrics,
-                          run_lock, save_weights, stack_run_dir, write_or_check_config)
+from .runs import (atomic_write, is_done, json_lines, latest_checkpoint, mark_done, read_done,
+                          read_metrics, save_weights, stack_run_dir, write_or_check_config)
 from .schedules import stack_config, stage_depths, stage_schedule
 from .stack_results import measured_speedup
-from .train import init_distributed, make_optimizer, pretrain, resolve_device
+from .train import finished_run, init_distributed, job_lock, make_optimizer, pretrain, resolve_device
 
 # %% auto #0
 __all__ = ['Stage', 'stack_stages', 'stage_config', 'grow_state', 'stage_state', 'stack_train', 'stack_pretrain_config',
@@ -122,17 +121,16 @@ def stack_train(config: PretrainConfig, stack: StackConfig, run_dir: Path | str,
         raise ValueError(f"stack_train: a looped model (share_layers=True) cannot be grown; use method='baseline', "
                          f"not {stack.method!r}")
     info = init_distributed(config.device)
-    with run_lock(run_dir) if info.main else contextlib.nullcontext():
+    with job_lock(run_dir, info):
         return _stack_train(config, stack, run_dir, info, data, progress, log if info.main else _quiet)
 
 
 def _stack_train(config: PretrainConfig, stack: StackConfig, run_dir: Path, info, data, progress: bool, say) -> DecoderLM:
     stages = stack_stages(config, stack)
-    write_or_check_config(run_dir, _stack_record(config, stack), write=info.main)
     device = resolve_device(config.device, info.local_rank)
-    if is_done(run_dir):
-        say(f"{run_dir}: finished already (step {config.steps}); loading final.pt")
-        return load_model(run_dir, device).train()
+    finished_model = finished_run(run_dir, _stack_record(config, stack), device, info, say)
+    if finished_model is not None:
+        return finished_model
     if data is None:
         data = prepare_pretraining(config.data, config.model.n_ctx, progress=progress and info.main, log=say)
 
@@ -161,7 +159,7 @@ def _stack_train(config: PretrainConfig, stack: StackConfig, run_dir: Path, info
         model, opt_state = stage_state(sdir, config, st, device)
         wall = time.perf_counter() - t0
         if info.main:
-            train_s = json.loads((sdir / "DONE").read_text()).get("elapsed_s")
+            train_s = read_done(sdir).get("elapsed_s")
             record = dict(kind="stage", step=st.stop, stage=st.stage, n_layers=st.n_layers, start_step=st.start,
                           wall_s=wall, grow_s=grow_s, train_s=train_s, resumed=resumed)
             atomic_write(sdir / "stage.json", lambda f: f.write(json.dumps(record).encode()))

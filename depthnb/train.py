@@ -11,6 +11,7 @@ import os
 import statistics
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -25,8 +26,8 @@ from .config import (CommandParser, Preset, PretrainConfig, UsageError, add_fami
 from .model import DecoderLM
 from .solver import flops_per_token, model_config
 from .runs import (KEEP_CHECKPOINTS, MetricsLog, check_free_space, free_space, is_done,
-                          latest_checkpoint, load_model, mark_done, pretrain_run_dir, rng_state, run_lock,
-                          save_checkpoint, save_weights, set_rng_state, snapshot_steps, step_file,
+                          latest_checkpoint, load_model, mark_done, pretrain_run_dir, read_done, rng_state,
+                          run_lock, save_checkpoint, save_weights, set_rng_state, snapshot_steps, step_file,
                           write_or_check_config)
 from .data import prepare_pretraining
 
@@ -34,8 +35,9 @@ from .data import prepare_pretraining
 # %% auto #0
 __all__ = ['PEAK_FLOPS', 'resolve_device', 'autocast', 'configure_backends', 'maybe_compile', 'peak_flops', 'mfu', 'lr_at',
            'make_optimizer', 'set_lr', 'train_step', 'DistInfo', 'init_distributed', 'all_reduce_sum', 'lm_loss',
-           'NonFiniteLossError', 'check_finite', 'pretrain_record', 'pretrain', 'run_disk_need', 'pretrain_config',
-           'run_parallel', 'pretrain_job', 'step_latency', 'pretrain_selection', 'cli_pretrain']
+           'NonFiniteLossError', 'check_finite', 'run_disk_need', 'job_lock', 'finished_run', 'LoopSchedule', 'Window',
+           'LoopHooks', 'resume', 'train_loop', 'pretrain_hooks', 'pretrain_record', 'pretrain_schedule', 'pretrain',
+           'pretrain_config', 'run_parallel', 'pretrain_job', 'step_latency', 'pretrain_selection', 'cli_pretrain']
 
 # %% ../nbs/05_train.ipynb #f43354f1
 def resolve_device(spec: str = "auto", local_rank: int = 0) -> torch.device:
@@ -238,32 +240,168 @@ def check_finite(loss: float, grad_norm: float, step: int, run_dir: Path, last_c
         raise NonFiniteLossError(f"non-finite loss at step {step}: loss={loss}, grad_norm={grad_norm}; "
                                  f"the run stopped before applying that update, and {kept}")
 
-# %% ../nbs/05_train.ipynb #92650a49
-@dataclass
-class _Loop:
-    "Book-keeping of one `pretrain` call."
+# %% ../nbs/05_train.ipynb #32a1150f
+def run_disk_need(n_params: int, n_snapshots: int, keep: int = KEEP_CHECKPOINTS) -> int:
+    "Bytes a run's files take at most: `keep` checkpoints and one being written (fp32 weights, two optimizer moments), snapshots, final weights."
+    return 4 * n_params * (3 * (keep + 1) + n_snapshots + 1)
+
+
+def job_lock(run_dir: Path | str, info: DistInfo = DistInfo()):
+    "The run directory's lock (`runs.run_lock`), held by the main rank for all ranks of a data-parallel job."
+    return run_lock(run_dir) if info.main else contextlib.nullcontext()
+
+
+def finished_run(run_dir: Path | str, record: dict, device: torch.device, info: DistInfo = DistInfo(),
+                 say=print) -> DecoderLM | None:
+    "Store `record` as `run_dir/config.json` (or check it against the stored one); the final model if the run has finished, else None."
+    write_or_check_config(run_dir, record, write=info.main)
+    if info.world > 1:
+        dist.barrier()
+    if not is_done(run_dir):
+        return None
+    say(f"{run_dir}: finished already (step {read_done(run_dir)['step']}); loading final.pt")
+    return load_model(run_dir, device).train()
+
+# %% ../nbs/05_train.ipynb #b2726ebd
+@dataclass(frozen=True)
+class LoopSchedule:
+    "The global steps [begin, stop) a `train_loop` call trains, their learning rate, and when it logs, evaluates, keeps snapshots and checkpoints."
     begin: int
     stop: int
-    tokens_per_step: int
-    elapsed: float = 0.0  # training wall time before this call (from the checkpoint)
-    last_ckpt: int | None = None
-    window_loss: float = 0.0
-    window_steps: int = 0
-    window_time: float = 0.0
+    steps: int  # the length of the learning-rate schedule (a stage stops before its end)
+    lr: float
+    warmup_steps: int
+    min_lr_ratio: float  # 1.0: constant after warm-up
+    log_every: int
+    eval_every: int
+    ckpt_every: int
+    snapshots: frozenset[int] = frozenset()  # steps whose weights are kept (and evaluated)
+
+    def learning_rate(self, step: int) -> float:
+        "The learning rate of the update after `step` steps."
+        return lr_at(step, self.lr, self.steps, self.warmup_steps, self.min_lr_ratio)
+
+    def logs(self, step: int) -> bool:
+        return step % self.log_every == 0 or step == self.stop
+
+    def evaluates(self, step: int) -> bool:
+        return step % self.eval_every == 0 or step in self.snapshots or step == self.stop
+
+    def checkpoints(self, step: int) -> bool:
+        return step % self.ckpt_every == 0 or step == self.stop
 
 
-def _build_model(config: PretrainConfig, state: dict | None, init_model: DecoderLM | None) -> DecoderLM:
-    if state is not None:
-        model = DecoderLM(config.model)
-        model.load_state_dict(state["model"])
-        return model
-    if init_model is not None:
-        diff = config_diff(to_dict(init_model.cfg), to_dict(config.model))
-        if diff:
-            raise ValueError(f"init_model's config differs from config.model: {'; '.join(diff)}")
-        return init_model
-    torch.manual_seed(config.seed)
-    return DecoderLM(config.model)
+@dataclass(frozen=True)
+class Window:
+    "The steps since the last `train` record, which the next record reports."
+    step: int  # the last of them
+    steps: int
+    loss: float  # their mean training loss
+    lr: float  # the learning rate of the last step's update
+    grad_norm: float  # the last step's gradient norm, before clipping
+    seconds: float  # their training time
+    elapsed_s: float  # the run's training time up to `step`
+
+
+@dataclass(frozen=True)
+class LoopHooks:
+    "What pretraining and fine-tuning do differently inside `train_loop`."
+    batch: Callable[[int], list[tuple[torch.Tensor, torch.Tensor]]]  # step s -> micro-batches of the update after it
+    evaluate: Callable[[nn.Module], dict[str, float]]  # model -> mean loss of each evaluation split
+    train_record: Callable[[Window], dict]  # a logging window -> its `train` metrics record
+    wrap: Callable[[nn.Module], nn.Module] = lambda model: model  # model -> what runs the steps (DDP, compiled)
+
+# %% ../nbs/05_train.ipynb #0c5b208b
+def resume(run_dir: Path, model: nn.Module, optimizer: torch.optim.Optimizer, schedule: LoopSchedule,
+           say=print) -> tuple[int | None, float]:
+    "Load `run_dir`'s newest good checkpoint into `model`, `optimizer` and the random generators; (its step, training seconds), or (None, 0.0)."
+    path, state = latest_checkpoint(run_dir, log=say)
+    if state is None:
+        return None, 0.0
+    if not schedule.begin <= state["step"] <= schedule.stop:
+        raise ValueError(f"{path} is at step {state['step']}, outside this call's steps [{schedule.begin}, {schedule.stop}]")
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])  # replaces any initial state the caller loaded
+    set_rng_state(state["rng"])
+    say(f"{run_dir}: resuming from {path.name} (step {state['step']} of {schedule.stop})")
+    return state["step"], state.get("elapsed_s", 0.0)
+
+
+def train_loop(run_dir: Path | str, model: DecoderLM, optimizer: torch.optim.Optimizer, schedule: LoopSchedule,
+               hooks: LoopHooks, *, config: dict, grad_clip: float = 1.0, precision=contextlib.nullcontext,
+               info: DistInfo = DistInfo(), progress: bool = True, desc: str | None = None, say=print) -> DecoderLM:
+    "Train `model` over `schedule`'s steps in `run_dir`, resuming from its newest good checkpoint; ends with `final.pt` and `DONE`."
+    run_dir = Path(run_dir)
+    if info.main:  # before the first step, not at the first checkpoint
+        need = run_disk_need(model.num_params(), len(schedule.snapshots))
+        check_free_space(run_dir, need, "this run's checkpoints and snapshots")
+        say(f"{run_dir}: checkpoints and snapshots need up to {need / 2**20:,.0f} MiB; "
+            f"{free_space(run_dir) / 2**20:,.0f} MiB free")
+    last_ckpt, elapsed = resume(run_dir, model, optimizer, schedule, say)
+    begin = schedule.begin if last_ckpt is None else last_ckpt
+    metrics = MetricsLog(run_dir)
+    if info.main:
+        metrics.truncate(begin)
+    forward, params = hooks.wrap(model), list(model.parameters())
+    bar = tqdm(total=schedule.stop, initial=begin, disable=not (progress and info.main), desc=desc or run_dir.name,
+               dynamic_ncols=True, leave=False)
+    window_loss, window_steps, window_time = 0.0, 0, 0.0
+    for s in range(begin, schedule.stop):
+        t0 = time.perf_counter()
+        lr = schedule.learning_rate(s)
+        set_lr(optimizer, lr)
+        seen = {}
+
+        def check(loss, grad_norm):  # runs after clipping, before the update
+            seen["loss"] = (all_reduce_sum(loss.clone(), info) / info.world).item()
+            seen["grad_norm"] = grad_norm.item()
+            check_finite(seen["loss"], seen["grad_norm"], s + 1, run_dir, last_ckpt)
+
+        train_step(forward, optimizer, hooks.batch(s), grad_clip, precision, params, before_update=check)
+        step, dt = s + 1, time.perf_counter() - t0
+        elapsed += dt
+        window_loss, window_steps, window_time = window_loss + seen["loss"], window_steps + 1, window_time + dt
+        bar.update(1)
+        if schedule.logs(step):
+            window = Window(step, window_steps, window_loss / window_steps, lr, seen["grad_norm"], window_time, elapsed)
+            if info.main:
+                metrics.write(**hooks.train_record(window))
+            bar.set_postfix(loss=f"{window.loss:.4f}", lr=f"{lr:.2e}")
+            window_loss, window_steps, window_time = 0.0, 0, 0.0
+        if schedule.evaluates(step):
+            for split, loss in hooks.evaluate(model).items():
+                if info.main:
+                    metrics.write(kind="eval", step=step, split=split, loss=loss, ppl=math.exp(min(loss, 700)))
+        if step in schedule.snapshots and info.main:
+            rel = Path("snapshots") / step_file(step)
+            save_weights(run_dir / rel, model, step=step)
+            metrics.write(kind="snapshot", step=step, path=str(rel))
+        if schedule.checkpoints(step):
+            if info.main:
+                save_checkpoint(run_dir, dict(step=step, model=model.state_dict(), optimizer=optimizer.state_dict(),
+                                              scheduler=dict(step=step, steps=schedule.steps), data_position=step,
+                                              rng=rng_state(), elapsed_s=elapsed, config=config))
+            last_ckpt = step
+            if info.world > 1:
+                dist.barrier()
+    bar.close()
+    metrics.close()
+    if info.main:
+        save_weights(run_dir / "final.pt", model, step=schedule.stop)
+        mark_done(run_dir, step=schedule.stop, elapsed_s=elapsed)
+    if info.world > 1:
+        dist.barrier()
+    return model
+
+# %% ../nbs/05_train.ipynb #92650a49
+def _initial_model(config: PretrainConfig, init_model: DecoderLM | None) -> DecoderLM:
+    if init_model is None:
+        torch.manual_seed(config.seed)
+        return DecoderLM(config.model)
+    diff = config_diff(to_dict(init_model.cfg), to_dict(config.model))
+    if diff:
+        raise ValueError(f"init_model's config differs from config.model: {'; '.join(diff)}")
+    return init_model
 
 
 def _micro_batch_size(config: PretrainConfig, world: int) -> int:
@@ -276,10 +414,47 @@ def _micro_batch_size(config: PretrainConfig, world: int) -> int:
                          f"(batch_size={config.batch_size} over {world} ranks)")
     return micro
 
+
+def pretrain_hooks(config: PretrainConfig, data, device: torch.device, precision=contextlib.nullcontext,
+                   info: DistInfo = DistInfo()) -> LoopHooks:
+    "Pretraining's batches, held-out evaluation, `train` records and model wrapping (`data`: a `PretrainingData`)."
+    micro = _micro_batch_size(config, info.world)
+    tokens_per_step, peak = config.batch_size * config.model.n_ctx, peak_flops(device)
+
+    def batch(s: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        tokens = data.train.batch(s, config.batch_size, info.rank, info.world).to(device, non_blocking=True)
+        return [(c[:, :-1], c[:, 1:]) for c in tokens.split(micro)]
+
+    def evaluate(model: nn.Module) -> dict[str, float]:
+        return {name: lm_loss(model, blocks, config.eval_sequences, micro, device, precision, info)
+                for name, blocks in data.eval.items()}
+
+    def train_record(w: Window) -> dict:
+        tps = w.steps * tokens_per_step / w.seconds
+        return dict(kind="train", step=w.step, tokens=w.step * tokens_per_step, loss=w.loss, lr=w.lr,
+                    grad_norm=w.grad_norm, tokens_per_s=tps, mfu=mfu(tps, config.model, config.model.n_ctx, peak, info.world),
+                    elapsed_s=w.elapsed_s)
+
+    def wrap(model: nn.Module) -> nn.Module:
+        if info.world > 1:
+            model = nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+        return maybe_compile(model, config.compile, device)
+
+    return LoopHooks(batch, evaluate, train_record, wrap)
+
 # %% ../nbs/05_train.ipynb #285e83c1
 def pretrain_record(config: PretrainConfig, start_step: int, stop_step: int) -> dict:
     "The `config.json` record of a pretraining run (or stage) over global steps [start_step, stop_step)."
     return dict(kind="pretrain", config=to_dict(config), start_step=start_step, stop_step=stop_step)
+
+
+def pretrain_schedule(config: PretrainConfig, start_step: int, stop_step: int) -> LoopSchedule:
+    "The `LoopSchedule` of pretraining `config` on global steps [start_step, stop_step); snapshots log-spaced after warm-up."
+    return LoopSchedule(begin=start_step, stop=stop_step, steps=config.steps, lr=config.lr,
+                        warmup_steps=config.warmup_steps, min_lr_ratio=config.min_lr_ratio,
+                        log_every=config.log_every, eval_every=config.eval_every, ckpt_every=config.ckpt_every,
+                        snapshots=frozenset(snapshot_steps(config.steps, config.n_snapshots, first=config.warmup_steps,
+                                                           spacing=config.snapshot_spacing)))
 
 
 def pretrain(config: PretrainConfig, run_dir: Path | str, *, init_model: DecoderLM | None = None,
@@ -290,124 +465,30 @@ def pretrain(config: PretrainConfig, run_dir: Path | str, *, init_model: Decoder
     if not 0 <= start_step < stop <= config.steps:
         raise ValueError(f"need 0 <= start_step < stop_step <= config.steps, got {start_step}, {stop}, {config.steps}")
     info = init_distributed(config.device)
-    with run_lock(run_dir) if info.main else contextlib.nullcontext():
+    with job_lock(run_dir, info):
         return _pretrain(config, Path(run_dir), info, init_model, init_optimizer_state, start_step, stop, data,
                          progress, log if info.main else (lambda *a, **k: None))
 
 
-def run_disk_need(n_params: int, n_snapshots: int, keep: int = KEEP_CHECKPOINTS) -> int:
-    "Bytes a run's files take at most: `keep` checkpoints and one being written (fp32 weights, two optimizer moments), snapshots, final weights."
-    return 4 * n_params * (3 * (keep + 1) + n_snapshots + 1)
-
-
 def _pretrain(config: PretrainConfig, run_dir: Path, info: DistInfo, init_model, init_optimizer_state, start_step: int,
               stop: int, data, progress: bool, say) -> DecoderLM:
-    write_or_check_config(run_dir, pretrain_record(config, start_step, stop), write=info.main)
-    if info.world > 1:
-        dist.barrier()
-    if is_done(run_dir):
-        say(f"{run_dir}: finished already (step {stop}); loading final.pt")
-        return load_model(run_dir, resolve_device(config.device, info.local_rank)).train()
-
     device = resolve_device(config.device, info.local_rank)
+    finished = finished_run(run_dir, pretrain_record(config, start_step, stop), device, info, say)
+    if finished is not None:
+        return finished
     configure_backends(device, config.tf32)
     precision = lambda: autocast(device, config.bf16)
     if data is None:
         data = prepare_pretraining(config.data, config.model.n_ctx, progress=progress and info.main, log=say)
-    micro = _micro_batch_size(config, info.world)
-
-    ckpt_path, state = latest_checkpoint(run_dir, log=say)
-    if state is not None and not start_step <= state["step"] <= stop:
-        raise ValueError(f"{ckpt_path} is at step {state['step']}, outside this call's steps [{start_step}, {stop}]")
-    model = _build_model(config, state, init_model).to(device).train()
-    if info.main:  # before the first step, not at the first checkpoint
-        need = run_disk_need(model.num_params(), config.n_snapshots)
-        check_free_space(run_dir, need, "this run's checkpoints and snapshots")
-        say(f"{run_dir}: checkpoints and snapshots need up to {need / 2**20:,.0f} MiB; "
-            f"{free_space(run_dir) / 2**20:,.0f} MiB free")
+    hooks = pretrain_hooks(config, data, device, precision, info)
+    model = _initial_model(config, init_model).to(device).train()
     optimizer = make_optimizer(model, config.optimizer, config.lr, config.weight_decay,
                                (config.beta1, config.beta2), fused=config.fused_optimizer)
-    loop = _Loop(begin=start_step, stop=stop, tokens_per_step=config.batch_size * config.model.n_ctx)
-    if state is not None:
-        optimizer.load_state_dict(state["optimizer"])
-        set_rng_state(state["rng"])
-        loop.begin, loop.elapsed, loop.last_ckpt = state["step"], state["elapsed_s"], state["step"]
-        say(f"{run_dir}: resuming from {ckpt_path.name} (step {loop.begin} of {stop})")
-    elif init_optimizer_state is not None:
+    if init_optimizer_state is not None:
         optimizer.load_state_dict(init_optimizer_state)
-    metrics = MetricsLog(run_dir)
-    if info.main:
-        metrics.truncate(loop.begin)
-
-    train_model = model
-    if info.world > 1:
-        train_model = nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
-    train_model = maybe_compile(train_model, config.compile, device)
-    _train_loop(config, run_dir, model, train_model, optimizer, data, loop, info, device, precision, micro,
-                metrics, progress)
-    metrics.close()
-    if info.main:
-        save_weights(run_dir / "final.pt", model, step=stop)
-        mark_done(run_dir, step=stop, elapsed_s=loop.elapsed)
-    if info.world > 1:
-        dist.barrier()
-    return model
-
-# %% ../nbs/05_train.ipynb #0c5b208b
-def _train_loop(config, run_dir, model, train_model, optimizer, data, loop: _Loop, info: DistInfo, device,
-                precision, micro: int, metrics: MetricsLog, progress: bool) -> None:
-    params = list(model.parameters())
-    snaps = set(snapshot_steps(config.steps, config.n_snapshots, first=config.warmup_steps, spacing=config.snapshot_spacing))
-    peak = peak_flops(device)
-    bar = tqdm(total=loop.stop, initial=loop.begin, disable=not (progress and info.main), desc=run_dir.name,
-               dynamic_ncols=True, leave=False)
-    for s in range(loop.begin, loop.stop):
-        t0 = time.perf_counter()
-        lr = lr_at(s, config.lr, config.steps, config.warmup_steps, config.min_lr_ratio)
-        set_lr(optimizer, lr)
-        batch = data.train.batch(s, config.batch_size, info.rank, info.world).to(device, non_blocking=True)
-        chunks = [(c[:, :-1], c[:, 1:]) for c in batch.split(micro)]
-        seen = {}
-
-        def check(loss, grad_norm):  # runs after clipping, before the update
-            seen["loss"] = (all_reduce_sum(loss.clone(), info) / info.world).item()
-            seen["grad_norm"] = grad_norm.item()
-            check_finite(seen["loss"], seen["grad_norm"], s + 1, run_dir, loop.last_ckpt)
-
-        train_step(train_model, optimizer, chunks, config.grad_clip, precision, params, before_update=check)
-        loss, grad_norm = seen["loss"], seen["grad_norm"]
-        step = s + 1
-        dt = time.perf_counter() - t0
-        loop.elapsed += dt
-        loop.window_loss, loop.window_steps, loop.window_time = loop.window_loss + loss, loop.window_steps + 1, loop.window_time + dt
-        bar.update(1)
-        if step % config.log_every == 0 or step == loop.stop:
-            tps = loop.window_steps * loop.tokens_per_step / loop.window_time
-            rec = dict(kind="train", step=step, tokens=step * loop.tokens_per_step, loss=loop.window_loss / loop.window_steps,
-                       lr=lr, grad_norm=grad_norm, tokens_per_s=tps, mfu=mfu(tps, model.cfg, config.model.n_ctx, peak, info.world),
-                       elapsed_s=loop.elapsed)
-            if info.main:
-                metrics.write(**rec)
-            bar.set_postfix(loss=f"{rec['loss']:.3f}", lr=f"{lr:.2e}", tok_s=f"{tps:,.0f}")
-            loop.window_loss, loop.window_steps, loop.window_time = 0.0, 0, 0.0
-        if step % config.eval_every == 0 or step in snaps or step == loop.stop:
-            for name, blocks in data.eval.items():
-                val = lm_loss(model, blocks, config.eval_sequences, micro, device, precision, info)
-                if info.main:
-                    metrics.write(kind="eval", step=step, split=name, loss=val, ppl=math.exp(min(val, 700)))
-        if step in snaps and info.main:
-            rel = Path("snapshots") / step_file(step)
-            save_weights(run_dir / rel, model, step=step)
-            metrics.write(kind="snapshot", step=step, path=str(rel))
-        if step % config.ckpt_every == 0 or step == loop.stop:
-            if info.main:
-                save_checkpoint(run_dir, dict(step=step, model=model.state_dict(), optimizer=optimizer.state_dict(),
-                                              scheduler=dict(step=step, steps=config.steps), data_position=step,
-                                              rng=rng_state(), elapsed_s=loop.elapsed, config=to_dict(config)))
-            loop.last_ckpt = step
-            if info.world > 1:
-                dist.barrier()
-    bar.close()
+    return train_loop(run_dir, model, optimizer, pretrain_schedule(config, start_step, stop), hooks,
+                      config=to_dict(config), grad_clip=config.grad_clip, precision=precision, info=info,
+                      progress=progress, say=say)
 
 # %% ../nbs/05_train.ipynb #5e11cede
 def pretrain_config(preset: Preset | str, size_class, n_layers: int, seed: int = 0) -> PretrainConfig:

@@ -6,7 +6,7 @@ import torch
 from depthnb.cli import main
 
 CASES = [
-    ("pretrain --preset nosuch", "unknown preset 'nosuch'; presets: tiny, cpu, small, paper"),
+    ("pretrain --preset nosuch", "unknown preset 'nosuch'; presets: tiny, cpu, small, paper, gpu"),
     ("pretrain --set pretrain.lr=abc", "--set pretrain.lr=abc: cannot read 'abc' as a number"),
     ("pretrain --set pretrain.steps=-5", "PretrainConfig.steps=-5 is outside the allowed range"),
     ("pretrain --set nosuch.key=1", "unknown field 'nosuch' of Preset"),

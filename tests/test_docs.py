@@ -15,7 +15,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 from _browser import CHROMIUM, require  # noqa: E402
 
-from depthnb import docs  # noqa: E402
+from depthnb import docs, sitecheck  # noqa: E402
 
 pytestmark = pytest.mark.browser
 
@@ -26,7 +26,7 @@ SCREENSHOTS = ROOT / "runs" / "docs-screenshots"
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
-    missing = docs.missing_requirements(docs.DOCS_REQUIREMENTS + docs.BROWSER_REQUIREMENTS)
+    missing = docs.missing_requirements(docs.DOCS_REQUIREMENTS + sitecheck.BROWSER_REQUIREMENTS)
     require(not missing, f"missing {missing}: run `.venv/bin/python -m depthnb.docs deps --browser`")
     require(Path(CHROMIUM).exists(), f"{CHROMIUM} missing: apt-get install chromium")
     t0 = time.time()
@@ -56,9 +56,9 @@ def test_every_notebook_becomes_a_page(site):
 
 
 def test_pages_render_in_chromium(site):
-    result = docs.check_site(site.site, docs.CHECKED_PAGES, SCREENSHOTS, chromium=CHROMIUM)
+    result = sitecheck.check_site(site.site, sitecheck.CHECKED_PAGES, SCREENSHOTS, chromium=CHROMIUM)
     print(f"browser check: {result.seconds:.0f} s, {len(result.crawled)} pages crawled")
-    assert result.problems(need_math=docs.CHECKED_PAGES) == []
+    assert result.problems(need_math=sitecheck.CHECKED_PAGES) == []
     source = ROOT / "_proc" / "_site"
     for check in result.pages:
         assert check.status == 200 and "depthnb" in check.title, check

@@ -21,7 +21,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 from _browser import CHROMIUM, require  # noqa: E402
 
-from depthnb import docs  # noqa: E402
+from depthnb import docs, sitecheck  # noqa: E402
 
 pytestmark = pytest.mark.browser
 
@@ -39,7 +39,7 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
-    missing = docs.missing_requirements(docs.BROWSER_REQUIREMENTS)
+    missing = docs.missing_requirements(sitecheck.BROWSER_REQUIREMENTS)
     require(not missing, f"missing {missing}: run `.venv/bin/python -m depthnb.docs deps --browser`")
     require(Path(CHROMIUM).exists(), f"{CHROMIUM} missing: apt-get install chromium")
     port, token = _free_port(), secrets.token_hex(16)
@@ -77,7 +77,7 @@ def test_a_component_notebook_runs_in_jupyterlab(lab):
     shots = ROOT / "runs" / "lab-screenshots"
     shots.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=list(docs.CHROMIUM_FLAGS[1:]), headless=True)
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=list(sitecheck.CHROMIUM_FLAGS[1:]), headless=True)
         page = browser.new_page(viewport={"width": 1280, "height": 900})
         page.goto(f"{base}/lab/tree/{NOTEBOOK}?token={token}")
         page.wait_for_selector(".jp-NotebookPanel .jp-Cell", timeout=120_000)
