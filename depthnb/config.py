@@ -327,13 +327,14 @@ def from_dict(cls, data: dict):
     return cls(**kwargs)
 
 
-def config_diff(a: dict, b: dict, prefix: str = "") -> list[str]:
-    "Dotted names of the fields whose values differ between two `to_dict` outputs."
+def config_diff(a: dict, b: dict, prefix: str = "", new_fields_ok: bool = False) -> list[str]:
+    """Dotted names of the fields whose values differ between two `to_dict` outputs. With `new_fields_ok`, a field
+    that `a` lacks (a record written before the field existed, whose default keeps the old behaviour) is no difference."""
     out = []
-    for key in sorted(set(a) | set(b)):
+    for key in sorted((set(a) | set(b)) - (set(b) - set(a) if new_fields_ok else set())):
         va, vb = a.get(key, "<missing>"), b.get(key, "<missing>")
         if isinstance(va, dict) and isinstance(vb, dict):
-            out += config_diff(va, vb, f"{prefix}{key}.")
+            out += config_diff(va, vb, f"{prefix}{key}.", new_fields_ok)
         elif va != vb:
             out.append(f"{prefix}{key}: {va!r} != {vb!r}")
     return out

@@ -207,7 +207,7 @@ def write_or_check_config(run_dir: Path | str, record: dict, write: bool = True)
     path = Path(run_dir) / "config.json"
     if path.exists():
         stored = json.loads(path.read_text())
-        diff = config_diff(stored, json.loads(json.dumps(record)))
+        diff = config_diff(stored, json.loads(json.dumps(record)), new_fields_ok=True)
         if diff:
             raise ConfigMismatchError(
                 f"{path} holds a run with a different configuration, so it cannot be resumed; differing fields "
