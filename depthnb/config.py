@@ -101,7 +101,8 @@ class PretrainConfig:
     eval_sequences: int = 256  # sequences per evaluation set
     log_every: int = 100
     ckpt_every: int = 10_000
-    n_snapshots: int = 20  # log-spaced intermediate snapshots kept (equal-perplexity control)
+    n_snapshots: int = 20  # intermediate snapshots kept (equal-perplexity control)
+    snapshot_spacing: str = "log"  # "log": dense early; "linear": even, for models whose perplexities cross late
     seed: int = 0
     device: str = "auto"  # "auto", "cpu", "cuda", "cuda:1", ...
     bf16: bool = True
@@ -111,6 +112,7 @@ class PretrainConfig:
 
     def __post_init__(self):
         check_choice("PretrainConfig.optimizer", self.optimizer, ("adamw", "adafactor"))
+        check_choice("PretrainConfig.snapshot_spacing", self.snapshot_spacing, ("log", "linear"))
         check_range("PretrainConfig.steps", self.steps, lo=1)
         check_range("PretrainConfig.batch_size", self.batch_size, lo=1)
         check_range("PretrainConfig.lr", self.lr, lo=0.0)
@@ -325,13 +327,14 @@ def from_dict(cls, data: dict):
     return cls(**kwargs)
 
 
-def config_diff(a: dict, b: dict, prefix: str = "") -> list[str]:
-    "Dotted names of the fields whose values differ between two `to_dict` outputs."
+def config_diff(a: dict, b: dict, prefix: str = "", new_fields_ok: bool = False) -> list[str]:
+    """Dotted names of the fields whose values differ between two `to_dict` outputs. With `new_fields_ok`, a field
+    that `a` lacks (a record written before the field existed, whose default keeps the old behaviour) is no difference."""
     out = []
-    for key in sorted(set(a) | set(b)):
+    for key in sorted((set(a) | set(b)) - (set(b) - set(a) if new_fields_ok else set())):
         va, vb = a.get(key, "<missing>"), b.get(key, "<missing>")
         if isinstance(va, dict) and isinstance(vb, dict):
-            out += config_diff(va, vb, f"{prefix}{key}.")
+            out += config_diff(va, vb, f"{prefix}{key}.", new_fields_ok)
         elif va != vb:
             out.append(f"{prefix}{key}: {va!r} != {vb!r}")
     return out
@@ -379,8 +382,8 @@ PRESETS: dict[str, Preset] = {
                                 data=DataConfig(corpus="enwiki", max_train_docs=10_000, vocab_size=2048,
                                                 tokenizer_docs=2_000),
                                 steps=1200, batch_size=16, lr=3e-3, warmup_steps=100, eval_every=200,
-                                eval_sequences=64, log_every=50, ckpt_every=400, n_snapshots=8, device="cpu",
-                                compile=True),
+                                eval_sequences=64, log_every=50, ckpt_every=400, n_snapshots=12,
+                                snapshot_spacing="linear", device="cpu", compile=True),
         finetune=FinetuneConfig(steps=800, batch_size=32, lr=2e-3, warmup_steps=50, eval_every=200,
                                 eval_examples=200, n_snapshots=4, gen_limit=400, max_new_tokens=160,
                                 device="cpu", compile=False),

@@ -23,15 +23,16 @@ import torch.nn.functional as F
 
 from .config import PrimitiveConfig
 from .train import make_optimizer
-from .model import generate_many
+from .model import KVCache, generate_many
 
 # %% auto #0
 __all__ = ['PRIMITIVE_TASKS', 'LETTERS', 'COPY_SEQ_LEN', 'COPY_SUB_LEN', 'N_VARS', 'VALUE_RANGE', 'DIGITS', 'ARITHMETIC_SHOTS',
            'NOT_ENGLISH', 'COPY_WORDS', 'MATH_HEADER', 'CODE_HEADER', 'TABLE6_PAPER', 'FT_TASKS', 'TABLE7_PAPER',
            'PrimitiveTask', 'three_letter_words', 'get_task', 'make_primitive', 'solve_primitive', 'few_shot',
            'extract_answer', 'score_primitive', 'table6_paper', 'holdout_set', 'finetune_set', 'output_layer',
-           'LastPositionHead', 'answer_ids', 'complete', 'evaluate_task', 'table6_rows', 'evaluate_primitives',
-           'table6', 'ft_eval_steps', 'ft_tensors', 'answer_loss', 'finetune_primitives', 'ft_summary', 'table7']
+           'LastPositionHead', 'answer_ids', 'complete', 'evaluate_task', 'answer_candidates', 'candidate_logprobs',
+           'choose_answers', 'table6_rows', 'evaluate_primitives', 'table6', 'ft_eval_steps', 'ft_tensors',
+           'answer_loss', 'finetune_primitives', 'ft_summary', 'table7']
 
 # %% ../nbs/04_primitives.ipynb #bf9e1641
 @dataclass(frozen=True)
@@ -337,8 +338,8 @@ def complete(model: nn.Module, tokenizer, prompts: list[str], max_new_tokens: in
 
 # %% ../nbs/04_primitives.ipynb #78691cb5
 def evaluate_task(model: nn.Module, tokenizer, task: str, n: int = 1000, shots: int = 5, seed: int = 0,
-                  batch_size: int = 16) -> dict:
-    "`shots`-shot greedy accuracy of `model` on `n` examples of `task` (PSM: also with a calculator)."
+                  batch_size: int = 16, choice: bool = True) -> dict:
+    "`shots`-shot greedy accuracy of `model` on `n` examples of `task` (PSM: also with a calculator; with `choice`: also choice accuracy)."
     spec = get_task(task)
     examples = few_shot(holdout_set(task, n, seed), k=shots, seed=seed)
     budget = max(len(answer_ids(tokenizer, e["prompt"], e["target"])) for e in examples) + 2
@@ -350,11 +351,76 @@ def evaluate_task(model: nn.Module, tokenizer, task: str, n: int = 1000, shots: 
                seconds=time.perf_counter() - t0, answers=[extract_answer(p) for p in preds])
     if spec.family == "psm":
         out["accuracy_calculator"] = sum(score_primitive(task, p, t, calculator=True) for p, t in zip(preds, targets)) / n
+    if choice and spec.random_guess is not None:
+        picks = choose_answers(model, tokenizer, task, [e["prompt"] for e in examples], batch_size)
+        out["choice_accuracy"] = sum(p == t for p, t in zip(picks, targets)) / n
     return out
+
+# %% ../nbs/04_primitives.ipynb #1f418825
+def answer_candidates(task: str, prompt: str) -> list[str]:
+    "The answers a guesser picks from in the query of `prompt`: a copying sequence's words, a program's base values."
+    spec = get_task(task)
+    query = prompt.split("\n\n")[-1]
+    if spec.family == "copy":
+        return query.splitlines()[1].split()[:COPY_SEQ_LEN]
+    if spec.family == "var":
+        return [rhs for _, rhs in _ASSIGN.findall(query) if rhs.isdigit()]
+    raise ValueError(f"answer_candidates: {task!r} has no candidate answers (only copying and variable assignment do)")
+
+
+@torch.no_grad()
+def candidate_logprobs(model: nn.Module, tokenizer, prompts: list[str], candidates: list[list[str]],
+                       batch_size: int = 16) -> list[list[float]]:
+    "The log-probability of each candidate answer after its prompt (summed over the answer's tokens)."
+    was_training, device = model.training, next(model.parameters()).device
+    model.eval()
+    out: list[list[float]] = [[] for _ in prompts]
+    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+    for start in range(0, len(order), batch_size):
+        batch = order[start:start + batch_size]
+        ids = [tokenizer.encode(prompts[i]) for i in batch]
+        answers = [[answer_ids(tokenizer, prompts[i], c) for c in candidates[i]] for i in batch]
+        n, longest = max(map(len, ids)), max(len(a) for cs in answers for a in cs)
+        idx = torch.full((len(batch), n), tokenizer.pad_id, dtype=torch.long)
+        mask = torch.zeros_like(idx)
+        for r, p in enumerate(ids):
+            idx[r, n - len(p):], mask[r, n - len(p):] = torch.tensor(p), 1
+        cache = KVCache(len(model.layers), len(batch), model.cfg.n_heads, n + longest, model.cfg.d_attn // model.cfg.n_heads,
+                        device=device, dtype=model.embed.weight.dtype)
+        with output_layer(model, LastPositionHead(model.lm_head)):  # logits of the last position only
+            logp = model(idx.to(device), attention_mask=mask.to(device), cache=cache)[0][:, -1].float().log_softmax(-1)
+            # one row per candidate: the prompt's keys and values copied to each of its candidates
+            rows = torch.tensor([r for r, cs in enumerate(answers) for _ in cs], device=device)
+            cache.k, cache.v, cache.padding = cache.k[:, rows], cache.v[:, rows], cache.padding[rows]
+            flat = [a for cs in answers for a in cs]
+            tokens = torch.full((len(flat), longest), tokenizer.pad_id, dtype=torch.long)
+            scored = torch.zeros(len(flat), longest, dtype=torch.bool)
+            for r, a in enumerate(flat):
+                tokens[r, :len(a)], scored[r, :len(a)] = torch.tensor(a), True
+            tokens, scored = tokens.to(device), scored.to(device)
+            logp = logp[rows]
+            total = torch.zeros(len(flat), device=device)
+            for j in range(longest):
+                if j:  # the next position's distribution, after feeding token j - 1
+                    logp = model(tokens[:, j - 1:j], cache=cache)[0][:, -1].float().log_softmax(-1)
+                total += logp.gather(1, tokens[:, j:j + 1])[:, 0] * scored[:, j]
+        k = 0
+        for r, i in enumerate(batch):
+            out[i] = total[k:k + len(answers[r])].tolist()
+            k += len(answers[r])
+    model.train(was_training)
+    return out
+
+
+def choose_answers(model: nn.Module, tokenizer, task: str, prompts: list[str], batch_size: int = 16) -> list[str]:
+    "For each prompt of `task`, the candidate answer `model` finds most likely (the first on a tie)."
+    candidates = [answer_candidates(task, p) for p in prompts]
+    scores = candidate_logprobs(model, tokenizer, prompts, candidates, batch_size)
+    return [cs[max(range(len(cs)), key=s.__getitem__)] for cs, s in zip(candidates, scores)]
 
 # %% ../nbs/04_primitives.ipynb #b1da9922
 def table6_rows(results: list[dict]) -> pd.DataFrame:
-    "Per-task results of `evaluate_task` as Table 6 rows (row, task, calculator, title, accuracy, n, random_guess)."
+    "Per-task results of `evaluate_task` as Table 6 rows (row, task, calculator, title, accuracy, choice_accuracy, n, random_guess)."
     by_task = {r["task"]: r for r in results}
     paper = table6_paper().set_index("row")
     rows = []
@@ -362,7 +428,8 @@ def table6_rows(results: list[dict]) -> pd.DataFrame:
         if task in by_task:
             r = by_task[task]
             rows.append(dict(row=row, task=task, calculator=calc, title=paper.title[row],
-                             accuracy=r["accuracy_calculator"] if calc else r["accuracy"], n=r["n"], shots=r["shots"],
+                             accuracy=r["accuracy_calculator"] if calc else r["accuracy"],
+                             choice_accuracy=r.get("choice_accuracy", float("nan")), n=r["n"], shots=r["shots"],
                              random_guess=PRIMITIVE_TASKS[task].random_guess))
     return pd.DataFrame(rows)
 
@@ -374,11 +441,13 @@ def evaluate_primitives(model: nn.Module, tokenizer, tasks: Iterable[str] | None
     return table6_rows([evaluate_task(model, tokenizer, t, n, shots, seed, batch_size) for t in tasks])
 
 
-def table6(results: dict[str, pd.DataFrame]) -> pd.DataFrame:
-    "Table 6: our accuracies (%) per model (`{name: table6_rows}`) beside the paper's and random guessing."
+def table6(results: dict[str, pd.DataFrame], metric: str = "accuracy") -> pd.DataFrame:
+    "Table 6: our `metric` (accuracy or choice_accuracy, %) per model (`{name: table6_rows}`) beside the paper's and random guessing."
+    if metric not in ("accuracy", "choice_accuracy"):
+        raise ValueError(f"table6: metric={metric!r} is not one of ['accuracy', 'choice_accuracy']")
     out = table6_paper().rename(columns={"midas": "paper MIDAS", "baseline": "paper baseline"})
     for name, rows in results.items():
-        acc = rows.set_index("row").accuracy * 100
+        acc = rows.set_index("row")[metric] * 100
         out.insert(out.columns.get_loc("paper MIDAS"), name, out.row.map(acc))
     return out.rename(columns={"random_guess": "random guess"}).drop(columns=["task", "calculator"]).set_index("row")
 
@@ -440,9 +509,12 @@ def finetune_primitives(model: nn.Module, tokenizer, cfg: PrimitiveConfig, seed:
         if step in evals:
             for task, sets in splits.items():
                 for split, exs in sets.items():
-                    preds = complete(model, tokenizer, [e["prompt"] for e in exs], budget, batch_size)
-                    acc = sum(score_primitive(task, p, e["target"]) for p, e in zip(preds, exs)) / len(exs)
-                    rows.append(dict(seed=seed, step=step, task=task, split=split, accuracy=acc, n=len(exs),
+                    prompts, targets = [e["prompt"] for e in exs], [e["target"] for e in exs]
+                    preds = complete(model, tokenizer, prompts, budget, batch_size)
+                    picks = choose_answers(model, tokenizer, task, prompts, batch_size)
+                    rows.append(dict(seed=seed, step=step, task=task, split=split, n=len(exs),
+                                     accuracy=sum(map(score_primitive, [task] * len(exs), preds, targets)) / len(exs),
+                                     choice_accuracy=sum(p == t for p, t in zip(picks, targets)) / len(exs),
                                      loss=loss.item(), seconds=time.perf_counter() - t0))
             if log:
                 log(f"seed {seed} step {step}: loss {loss.item():.4f}, holdout " +
@@ -451,9 +523,11 @@ def finetune_primitives(model: nn.Module, tokenizer, cfg: PrimitiveConfig, seed:
 
 
 def ft_summary(log: pd.DataFrame, cfg: PrimitiveConfig) -> pd.DataFrame:
-    "Per seed and task: holdout accuracy averaged over the evaluation steps in [ft_eval_from, ft_steps]."
+    "Per seed and task: holdout accuracy and choice accuracy averaged over the evaluation steps in [ft_eval_from, ft_steps]."
     h = log[(log.split == "holdout") & log.step.between(cfg.ft_eval_from, cfg.ft_steps)]
-    return h.groupby(["seed", "task"], as_index=False).agg(accuracy=("accuracy", "mean"), n_steps=("step", "nunique"))
+    return h.groupby(["seed", "task"], as_index=False).agg(accuracy=("accuracy", "mean"),
+                                                           choice_accuracy=("choice_accuracy", "mean"),
+                                                           n_steps=("step", "nunique"))
 
 # %% ../nbs/04_primitives.ipynb #7e9b31e7
 TABLE7_PAPER = (  # (task, MIDAS mean, MIDAS std, baseline mean, baseline std), %
@@ -469,15 +543,17 @@ def _mean_std(values) -> str:
     return f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}"
 
 
-def table7(logs: dict[str, pd.DataFrame], cfg: PrimitiveConfig) -> pd.DataFrame:
-    "Table 7: averaged holdout accuracy after fine-tuning, mean ± std over seeds (%), per model, beside the paper's."
+def table7(logs: dict[str, pd.DataFrame], cfg: PrimitiveConfig, metric: str = "accuracy") -> pd.DataFrame:
+    "Table 7: averaged holdout `metric` (accuracy or choice_accuracy) after fine-tuning, mean ± std over seeds (%), per model, beside the paper's."
+    if metric not in ("accuracy", "choice_accuracy"):
+        raise ValueError(f"table7: metric={metric!r} is not one of ['accuracy', 'choice_accuracy']")
     rows = []
     for task, pm, ps, bm, bs in TABLE7_PAPER:
         row = dict(task=PRIMITIVE_TASKS[task].title)
         for name, log in logs.items():
             s = ft_summary(log, cfg)
             s = s[s.task == task].sort_values("seed")
-            row[name] = _mean_std(s.accuracy.tolist())
+            row[name] = _mean_std(s[metric].tolist())
             row[f"{name} seeds"] = len(s)
         row.update({"paper MIDAS": f"{pm:.2f} ± {ps:.2f}", "paper baseline": f"{bm:.2f} ± {bs:.2f}",
                     "random guess": 100 * PRIMITIVE_TASKS[task].random_guess})

@@ -207,7 +207,7 @@ def write_or_check_config(run_dir: Path | str, record: dict, write: bool = True)
     path = Path(run_dir) / "config.json"
     if path.exists():
         stored = json.loads(path.read_text())
-        diff = config_diff(stored, json.loads(json.dumps(record)))
+        diff = config_diff(stored, json.loads(json.dumps(record)), new_fields_ok=True)
         if diff:
             raise ConfigMismatchError(
                 f"{path} holds a run with a different configuration, so it cannot be resumed; differing fields "
@@ -300,13 +300,17 @@ def step_file(step: int) -> str:
     return f"step_{step:08d}.pt"
 
 
-def snapshot_steps(steps: int, n: int, first: int = 1) -> list[int]:
-    "`n` log-spaced steps from `first` to `steps` (rounded, distinct, sorted; `steps` included)."
+def snapshot_steps(steps: int, n: int, first: int = 1, spacing: str = "log") -> list[int]:
+    "`n` log- or linearly spaced steps from `first` to `steps` (rounded, distinct, sorted; `steps` included)."
+    if spacing not in ("log", "linear"):
+        raise ValueError(f"snapshot_steps: spacing={spacing!r} is not one of ['log', 'linear']")
     if n <= 0:
         return []
     first = min(max(1, first), steps)
     if n == 1:
         return [steps]
+    if spacing == "linear":
+        return sorted({round(first + (steps - first) * i / (n - 1)) for i in range(n)})
     return sorted({round(first * (steps / first) ** (i / (n - 1))) for i in range(n)})
 
 

@@ -17,16 +17,16 @@ from .config import (Preset, PretrainConfig, PrimitiveConfig, StackConfig, confi
                             method_stack, to_dict)
 from .finetune import evaluate_run, finetune, finetune_config, run_tokenizer
 from .model import DecoderLM
-from .primitives import evaluate_task, finetune_primitives, table6_rows
+from .primitives import PRIMITIVE_TASKS, evaluate_task, finetune_primitives, table6_rows
 from .runs import (atomic_write, is_done, load_model, read_config, read_metrics, source_run_dir, stack_run_dir,
                           stack_run_name)
 from .schedules import speedup
 from .train import run_parallel
 
 # %% auto #0
-__all__ = ['TABLE1_PAPER', 'measured_speedup', 'stack_similarities', 'similarity_summary', 'primitive_results',
-           'primitive_ft_results', 'primitive_table', 'primitive_ft_table', 'snapshot_items', 'isoplot_table',
-           'table1_paper', 'final_eval_loss', 'table1', 'stack_finetune_run_dir', 'stack_finetune_job']
+__all__ = ['TABLE1_PAPER', 'measured_speedup', 'stack_similarities', 'similarity_summary', 'result_is_complete',
+           'primitive_results', 'primitive_ft_results', 'primitive_table', 'primitive_ft_table', 'snapshot_items',
+           'isoplot_table', 'table1_paper', 'final_eval_loss', 'table1', 'stack_finetune_run_dir', 'stack_finetune_job']
 
 # %% ../nbs/06c_stack_results.ipynb #28ed67d6
 def _stack_run(run_dir: Path | str) -> tuple[PretrainConfig, StackConfig, pd.DataFrame]:
@@ -88,6 +88,11 @@ def _weights(path: Path | str) -> tuple[Path, Path, str]:
     return source_run_dir(weights), weights, weights.stem
 
 
+def result_is_complete(result: dict) -> bool:
+    "Whether a cached `evaluate_task` result has every measure evaluate_task makes now (older ones lack choice accuracy)."
+    return PRIMITIVE_TASKS[result["task"]].random_guess is None or "choice_accuracy" in result
+
+
 def _result_cache(path: Path | str, task: str, n: int, shots: int, seed: int) -> Path:
     run_dir, _, stem = _weights(path)
     return run_dir / "primitives" / stem / f"{task}.k{shots}.n{n}.s{seed}.json"
@@ -104,8 +109,8 @@ def primitive_results(path: Path | str, tasks, n: int, shots: int = 5, seed: int
     out, model, tok = [], None, None
     for task in tasks:
         cache = _result_cache(path, task, n, shots, seed)
-        if cache.exists():
-            out.append(json.loads(cache.read_text()))
+        if cache.exists() and result_is_complete(stored := json.loads(cache.read_text())):
+            out.append(stored)
             continue
         if model is None:
             model, tok = load_model(weights), run_tokenizer(run_dir)
@@ -121,7 +126,7 @@ def primitive_ft_results(path: Path | str, cfg: PrimitiveConfig, seed: int) -> l
     cache = _ft_cache(path, seed)
     if cache.exists():
         stored = json.loads(cache.read_text())
-        if stored["config"] == to_dict(cfg):
+        if stored["config"] == to_dict(cfg) and all("choice_accuracy" in r for r in stored["rows"]):
             return stored["rows"]
     pc = from_dict(PretrainConfig, read_config(run_dir)["config"])
     log = finetune_primitives(load_model(weights), run_tokenizer(run_dir), cfg, seed, optimizer=pc.optimizer,

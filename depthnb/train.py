@@ -453,7 +453,8 @@ def pretrain_schedule(config: PretrainConfig, start_step: int, stop_step: int) -
     return LoopSchedule(begin=start_step, stop=stop_step, steps=config.steps, lr=config.lr,
                         warmup_steps=config.warmup_steps, min_lr_ratio=config.min_lr_ratio,
                         log_every=config.log_every, eval_every=config.eval_every, ckpt_every=config.ckpt_every,
-                        snapshots=frozenset(snapshot_steps(config.steps, config.n_snapshots, first=config.warmup_steps)))
+                        snapshots=frozenset(snapshot_steps(config.steps, config.n_snapshots, first=config.warmup_steps,
+                                                           spacing=config.snapshot_spacing)))
 
 
 def pretrain(config: PretrainConfig, run_dir: Path | str, *, init_model: DecoderLM | None = None,
