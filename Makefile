@@ -44,7 +44,7 @@ reproduce: install
 # pytest on both cores, a test file per worker: module fixtures (the docs build in _proc/, the pipeline run) once.
 test: install
 	OMP_NUM_THREADS=1 $(BIN)/nbdev_test --n_workers 2 --timing
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile tests
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=15 tests
 
 export: install
 	$(BIN)/nbdev_export
