@@ -24,7 +24,7 @@ from .schedules import speedup
 from .train import run_parallel
 
 # %% auto #0
-__all__ = ['TABLE1_PAPER', 'measured_speedup', 'stack_similarities', 'similarity_summary', 'result_is_complete',
+__all__ = ['TABLE1_PAPER', 'measured_speedup', 'stack_similarities', 'similarity_summary', 'result_is_complete', 'cached_result',
            'primitive_results', 'primitive_ft_results', 'primitive_table', 'primitive_ft_table', 'snapshot_items',
            'isoplot_table', 'table1_paper', 'final_eval_loss', 'table1', 'stack_finetune_run_dir', 'stack_finetune_job']
 
@@ -88,9 +88,9 @@ def _weights(path: Path | str) -> tuple[Path, Path, str]:
     return source_run_dir(weights), weights, weights.stem
 
 
-def result_is_complete(result: dict) -> bool:
-    "Whether a cached `evaluate_task` result has every measure evaluate_task makes now (older ones lack choice accuracy)."
-    return PRIMITIVE_TASKS[result["task"]].random_guess is None or "choice_accuracy" in result
+def result_is_complete(result: dict, choice: bool = True) -> bool:
+    "Whether a cached `evaluate_task` result has the measures asked for (older ones lack choice accuracy)."
+    return not choice or PRIMITIVE_TASKS[result["task"]].random_guess is None or "choice_accuracy" in result
 
 
 def _result_cache(path: Path | str, task: str, n: int, shots: int, seed: int) -> Path:
@@ -103,18 +103,26 @@ def _ft_cache(path: Path | str, seed: int) -> Path:
     return run_dir / "primitives" / stem / f"ft.s{seed}.json"
 
 
-def primitive_results(path: Path | str, tasks, n: int, shots: int = 5, seed: int = 0, batch_size: int = 16) -> list[dict]:
+def cached_result(path: Path | str, task: str, n: int, shots: int, seed: int, choice: bool = True) -> dict | None:
+    "The cached `evaluate_task` result of the weights at `path`, or None if there is none with the measures asked for."
+    cache = _result_cache(path, task, n, shots, seed)
+    stored = json.loads(cache.read_text()) if cache.exists() else None
+    return stored if stored is not None and result_is_complete(stored, choice) else None
+
+
+def primitive_results(path: Path | str, tasks, n: int, shots: int = 5, seed: int = 0, batch_size: int = 16,
+                      choice: bool = True) -> list[dict]:
     "`evaluate_task` results of the weights at `path` (run dir or snapshot) on `tasks`, cached in the run."
     run_dir, weights, stem = _weights(path)
     out, model, tok = [], None, None
     for task in tasks:
-        cache = _result_cache(path, task, n, shots, seed)
-        if cache.exists() and result_is_complete(stored := json.loads(cache.read_text())):
+        if (stored := cached_result(path, task, n, shots, seed, choice)) is not None:
             out.append(stored)
             continue
         if model is None:
             model, tok = load_model(weights), run_tokenizer(run_dir)
-        res = evaluate_task(model, tok, task, n, shots, seed, batch_size)
+        res = evaluate_task(model, tok, task, n, shots, seed, batch_size, choice)
+        cache = _result_cache(path, task, n, shots, seed)
         atomic_write(cache, lambda f: f.write(json.dumps(res).encode()))
         out.append(res)
     return out
@@ -136,8 +144,9 @@ def primitive_ft_results(path: Path | str, cfg: PrimitiveConfig, seed: int) -> l
     return rows
 
 
-def _primitive_job(path: str, tasks: list[str], n: int, shots: int, seed: int) -> list[dict]:
-    return [{k: v for k, v in r.items() if k != "answers"} for r in primitive_results(path, tasks, n, shots, seed)]
+def _primitive_job(path: str, tasks: list[str], n: int, shots: int, seed: int, choice: bool) -> list[dict]:
+    return [{k: v for k, v in r.items() if k != "answers"}
+            for r in primitive_results(path, tasks, n, shots, seed, choice=choice)]
 
 
 def _primitive_ft_job(path: str, cfg: PrimitiveConfig, seed: int) -> list[dict]:
@@ -151,10 +160,11 @@ def _run_missing(fn, jobs: list[dict], done, workers: int) -> list:
     return [results[i] if i in results else fn(**job) for i, job in enumerate(jobs)]
 
 
-def primitive_table(items: list[dict], tasks, n: int, shots: int = 5, seed: int = 0, workers: int = 1) -> pd.DataFrame:
+def primitive_table(items: list[dict], tasks, n: int, shots: int = 5, seed: int = 0, workers: int = 1,
+                    choice: bool = True) -> pd.DataFrame:
     "Table 6 rows for each item (`path` plus label fields, e.g. method and step), evaluated in `workers` processes."
-    jobs = [dict(path=str(it["path"]), tasks=list(tasks), n=n, shots=shots, seed=seed) for it in items]
-    cached = lambda job: all(_result_cache(job["path"], t, n, shots, seed).exists() for t in tasks)
+    jobs = [dict(path=str(it["path"]), tasks=list(tasks), n=n, shots=shots, seed=seed, choice=choice) for it in items]
+    cached = lambda job: all(cached_result(job["path"], t, n, shots, seed, choice) is not None for t in tasks)
     results = _run_missing(_primitive_job, jobs, cached, workers)
     return pd.concat([table6_rows(res).assign(**{k: v for k, v in it.items() if k != "path"})
                       for it, res in zip(items, results)], ignore_index=True)
@@ -181,9 +191,9 @@ def snapshot_items(run_dir: Path | str, **labels) -> list[dict]:
 
 def isoplot_table(runs: dict[str, Path], tasks, n: int, shots: int = 5, split: str = "enwiki_valid",
                   workers: int = 1) -> pd.DataFrame:
-    "Accuracy (one row per method, snapshot step and Table 6 row) with the validation loss at that step."
+    "Accuracy (one row per method, snapshot step and Table 6 row) with the validation loss at that step (exact match only)."
     items = [it for method, run in runs.items() for it in snapshot_items(run, method=method)]
-    acc = primitive_table(items, tasks, n, shots, workers=workers).rename(columns={"task": "task_name", "title": "task"})
+    acc = primitive_table(items, tasks, n, shots, workers=workers, choice=False).rename(columns={"task": "task_name", "title": "task"})
     metrics = pd.concat([read_metrics(run).assign(method=m) for m, run in runs.items()], ignore_index=True)
     return isoplot_frame(acc, metrics, split, run_keys=("method",))
 
