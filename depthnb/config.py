@@ -373,11 +373,11 @@ PRESETS: dict[str, Preset] = {
     "cpu": Preset(
         name="cpu",
         description="Science on 2 CPU cores in under 2 hours: a 1.2M-parameter depth family with two seeds, each model "
-                    "fine-tuned until it fits COGS-vf and GeoQuery (sized by experiments/cpu_sizing).",
+                    "fine-tuned until it fits COGS-vf, GeoQuery and passivization (sized by experiments/cpu_sizing).",
         hardware="2 CPU cores",
         size_classes=(CPU_CLASS,),
         seeds=(0, 1),
-        tasks=("cogs_vf", "geoquery"),
+        tasks=("cogs_vf", "geoquery", "passivization"),
         pretrain=PretrainConfig(model=ModelConfig(n_ctx=128, n_vocab=2048),
                                 data=DataConfig(corpus="enwiki", max_train_docs=10_000, vocab_size=2048,
                                                 tokenizer_docs=2_000),
@@ -387,7 +387,7 @@ PRESETS: dict[str, Preset] = {
         finetune=FinetuneConfig(steps=800, batch_size=32, lr=2e-3, warmup_steps=50, eval_every=200,
                                 eval_examples=200, n_snapshots=4, gen_limit=400, max_new_tokens=160,
                                 device="cpu", compile=False),
-        task_steps={"cogs_vf": 2000, "geoquery": 1000},
+        task_steps={"cogs_vf": 2000, "geoquery": 1000, "passivization": 1600},
         control_task="geoquery",
         control_references=(6,),
         stack=StackConfig(method="midas", block_size=1, schedule="prop", alpha=1.0),
