@@ -18,9 +18,10 @@ from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex
 from .config import ModelConfig
 
 # %% auto #0
-__all__ = ['CAUSAL', 'relative_position_bucket', 'RelativePositionBias', 'rope_rotate', 'KVCache', 'FlexMask', 'flex_attend',
-           'attend', 'project', 'Attention', 'GatedFFN', 'Layer', 'DecoderLM', 'attention_mask_bias', 'cache_masks',
-           'causal_block_mask', 'flex_mask', 'layer_mask', 'extra_params', 'generate_many']
+__all__ = ['CAUSAL', 'CAUSAL_SPLIT_MIN_LEN', 'relative_position_bucket', 'RelativePositionBias', 'rope_rotate', 'KVCache',
+           'FlexMask', 'flex_attend', 'softmax_attention', 'causal_attention', 'attend', 'project', 'Attention',
+           'GatedFFN', 'Layer', 'DecoderLM', 'attention_mask_bias', 'cache_masks', 'causal_block_mask', 'flex_mask',
+           'layer_mask', 'cross_entropy', 'extra_params', 'generate_many']
 
 # %% ../nbs/02_model.ipynb #d9e2b4dd
 def relative_position_bucket(distance: torch.Tensor, n_buckets: int = 32, max_distance: int = 128) -> torch.Tensor:
@@ -124,17 +125,36 @@ def flex_attend(q, k, v, mask: FlexMask) -> torch.Tensor:
     return _compiled_flex(q, k, v, score_mod=score_mod, block_mask=mask.block_mask)
 
 
+def softmax_attention(q, k, v, mask: torch.Tensor) -> torch.Tensor:
+    "softmax(q kᵀ / √d_head + mask) v in autograd operators, so that `mask` gets its gradient."
+    return torch.softmax((q * q.shape[-1] ** -0.5 @ k.transpose(-2, -1)).add_(mask), dim=-1) @ v
+
+
+CAUSAL_SPLIT_MIN_LEN = 64  # shorter passes save less than the extra operators cost (see nbs/11_bench.ipynb)
+
+
+def causal_attention(q, k, v, mask: torch.Tensor) -> torch.Tensor:
+    "`softmax_attention` of a causal pass (as many queries as keys) in two query halves; the first skips the keys it cannot see."
+    half = (q.shape[-2] + 1) // 2
+    first = softmax_attention(q[..., :half, :], k[..., :half, :], v[..., :half, :], mask[..., :half, :half])
+    second = softmax_attention(q[..., half:, :], k, v, mask[..., half:, :])
+    return torch.cat((first, second), dim=-2)
+
+
 def attend(q, k, v, mask) -> torch.Tensor:
-    "Attention of q over k, v (b, h, t, d) under `mask`: additive tensor or None, `CAUSAL`, or `FlexMask`."
+    """Attention of q over k, v (b, h, t, d) under `mask`: additive tensor or None, `CAUSAL`, or `FlexMask`.
+    A tensor mask is causal, as the model's are: query i of the last t positions never sees a later key."""
     if isinstance(mask, FlexMask):
         return flex_attend(q, k, v, mask)
     if isinstance(mask, str):
         return F.scaled_dot_product_attention(q, k, v, is_causal=True)
     if mask is not None and mask.requires_grad and q.device.type == "cpu" and torch.is_grad_enabled():
-        # SDPA's fused CPU kernel has no gradient for the mask, so SDPA falls back to its math path, which also
-        # scales q and k separately and checks every row for being fully masked; this is that math without them
-        # (every row here keeps its diagonal)
-        return torch.softmax((q * q.shape[-1] ** -0.5 @ k.transpose(-2, -1)).add_(mask), dim=-1) @ v
+        # SDPA's fused CPU kernel has no gradient for the mask, so SDPA would fall back to its math path, which
+        # also scales q and k separately and checks every row for being fully masked (every row here keeps its
+        # diagonal); without a cached prefix the first half of the queries needs only the first half of the keys
+        if q.shape[-2] == k.shape[-2] >= CAUSAL_SPLIT_MIN_LEN:
+            return causal_attention(q, k, v, mask)
+        return softmax_attention(q, k, v, mask)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
 
 # %% ../nbs/02_model.ipynb #5c0a9e22
@@ -293,6 +313,29 @@ def layer_mask(model: DecoderLM, q_pos, k_pos, key_padding=None, dtype=torch.flo
             return CAUSAL
     return attention_mask_bias(model, q_pos, k_pos, key_padding, dtype)
 
+# %% ../nbs/02_model.ipynb #8cbc539c
+class _CrossEntropy(torch.autograd.Function):
+    "Mean cross-entropy over targets != ignore_index; the backward overwrites the saved log-probabilities."
+    @staticmethod
+    def forward(ctx, logits, targets, ignore_index: int):
+        logp = torch.log_softmax(logits, dim=-1)
+        counted = targets != ignore_index
+        ctx.save_for_backward(logp, targets, counted)
+        return F.nll_loss(logp, targets, ignore_index=ignore_index)
+
+    @staticmethod
+    def backward(ctx, grad):
+        logp, targets, counted = ctx.saved_tensors  # a second backward fails here: logp was modified in place
+        scale = counted.to(logp.dtype) * (grad / counted.sum().clamp(min=1))  # none counted: F's zero gradient
+        grad_logits = logp.exp_().mul_(scale[:, None])  # the softmax, scaled; 0 on rows that do not count
+        grad_logits.scatter_add_(1, targets.where(counted, 0)[:, None], -scale[:, None])
+        return grad_logits, None, None
+
+
+def cross_entropy(logits: torch.Tensor, targets: torch.Tensor, ignore_index: int = -100) -> torch.Tensor:
+    "`F.cross_entropy(logits, targets, ignore_index=ignore_index)` of (n, V) logits, with a one-pass backward."
+    return _CrossEntropy.apply(logits, targets, ignore_index)
+
 # %% ../nbs/02_model.ipynb #607ae3f4
 @patch
 def forward(self: DecoderLM, idx: torch.Tensor, targets: torch.Tensor | None = None,
@@ -315,7 +358,10 @@ def forward(self: DecoderLM, idx: torch.Tensor, targets: torch.Tensor | None = N
     logits = self.lm_head(self.norm(x))
     if targets is None:
         return logits, None
-    loss = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), ignore_index=-100)
+    if logits.device.type == "cpu" and not torch.compiler.is_compiling():
+        loss = cross_entropy(logits.float().flatten(0, 1), targets.flatten())
+    else:
+        loss = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), ignore_index=-100)
     return logits, loss
 
 # %% ../nbs/02_model.ipynb #baa600a8
