@@ -79,10 +79,10 @@ class KVCache:
             # keep keys in the dtype they are computed in (bf16 under autocast): an fp32 cache would be cast
             # back down, whole, by every attention call of every decoding step
             self.k, self.v = self.k.to(k.dtype), self.v.to(v.dtype)
-        end = self.length + k.shape[2]
-        self.k[layer, :, :, self.length:end] = k
-        self.v[layer, :, :, self.length:end] = v
-        return self.k[layer, :, :, :end], self.v[layer, :, :, :end]
+        keys, values, t = self.k[layer], self.v[layer], k.shape[2]
+        keys.narrow(2, self.length, t).copy_(k)
+        values.narrow(2, self.length, t).copy_(v)
+        return keys.narrow(2, 0, self.length + t), values.narrow(2, 0, self.length + t)
 
     def step_mask(self) -> torch.Tensor | None:
         "The additive mask of one new token at position `length`: its bias row plus the padding of the keys."
@@ -160,16 +160,16 @@ def attend(q, k, v, mask) -> torch.Tensor:
 # %% ../nbs/02_model.ipynb #5c0a9e22
 def project(module: nn.Module, names: tuple[str, ...], x: torch.Tensor) -> list[torch.Tensor]:
     "`x` through the bias-free linear layers `names` of `module`; without autograd, as one matrix product."
-    linears = [getattr(module, n) for n in names]
     if torch.is_grad_enabled() or torch.compiler.is_compiling():
-        return [lin(x) for lin in linears]
-    weights = [lin.weight for lin in linears]
-    key = (names, tuple((w.data_ptr(), w._version) for w in weights))  # _version: in-place updates count too
+        return [getattr(module, n)(x) for n in names]
+    # straight from the dicts: nn.Module's attribute fallback costs more than a decoding step's matrix product
+    weights = [module._modules[n]._parameters["weight"] for n in names]
+    key = [(w.data_ptr(), w._version) for w in weights]  # _version: in-place updates count too
     stacked = module.__dict__.get("_stacked")
     if stacked is None or stacked[0] != key:
         # keeping the weights referenced keeps their storage, so a data_ptr in the key cannot be reused
-        stacked = module.__dict__["_stacked"] = (key, torch.cat(weights), weights)
-    return list(F.linear(x, stacked[1]).split([lin.out_features for lin in linears], dim=-1))
+        stacked = module.__dict__["_stacked"] = (key, torch.cat(weights), [w.shape[0] for w in weights], weights)
+    return F.linear(x, stacked[1]).split(stacked[2], dim=-1)
 
 # %% ../nbs/02_model.ipynb #1df7fab2
 class Attention(nn.Module):
@@ -371,37 +371,37 @@ def extra_params(cfg: ModelConfig) -> int:
 
 # %% ../nbs/02_model.ipynb #08ea31a0
 @patch
-@torch.no_grad()
 def generate(self: DecoderLM, idx: torch.Tensor, max_new_tokens: int, eos_id: int | None = None,
              use_cache: bool = True, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
     "Greedy continuation of `idx` (b, t): returns (b, t + new) with new <= max_new_tokens."
-    b, t = idx.shape
-    out = torch.empty(b, t + max_new_tokens, dtype=idx.dtype, device=idx.device)  # filled column by column
-    out[:, :t] = idx
-    mask = torch.ones_like(out)  # a padding mask even without padding: decoding never takes the flex path
-    if attention_mask is not None:
-        mask[:, :t] = attention_mask
-    cache = None
-    if use_cache:
-        cache = KVCache(len(self.layers), b, self.cfg.n_heads, t + max_new_tokens,
-                        self.cfg.d_attn // self.cfg.n_heads, device=idx.device, dtype=self.embed.weight.dtype)
-    logits = self(idx, attention_mask=mask[:, :t], cache=cache)[0][:, -1]
-    done = torch.zeros(b, dtype=torch.bool, device=idx.device)
-    end = t
-    for _ in range(max_new_tokens):
-        nxt = logits.argmax(-1)
-        if eos_id is not None:
-            nxt = torch.where(done, torch.full_like(nxt, eos_id), nxt)
-            done = done | (nxt == eos_id)
-        out[:, end] = nxt
-        end += 1
-        if eos_id is not None and done.all():
-            break
+    with torch.inference_mode():  # no_grad, and no view or version tracking: a step is mostly per-call overhead
+        b, t = idx.shape
+        out = torch.empty(b, t + max_new_tokens, dtype=idx.dtype, device=idx.device)  # filled column by column
+        out[:, :t] = idx
+        mask = torch.ones_like(out)  # a padding mask even without padding: decoding never takes the flex path
+        if attention_mask is not None:
+            mask[:, :t] = attention_mask
+        cache = None
         if use_cache:
-            logits = self(out[:, end - 1:end], cache=cache)[0][:, -1]
-        else:
-            logits = self(out[:, :end], attention_mask=mask[:, :end])[0][:, -1]
-    return out[:, :end]
+            cache = KVCache(len(self.layers), b, self.cfg.n_heads, t + max_new_tokens,
+                            self.cfg.d_attn // self.cfg.n_heads, device=idx.device, dtype=self.embed.weight.dtype)
+        logits = self(idx, attention_mask=mask[:, :t], cache=cache)[0][:, -1]
+        done = torch.zeros(b, dtype=torch.bool, device=idx.device)
+        end = t
+        for _ in range(max_new_tokens):
+            nxt = logits.argmax(-1)
+            if eos_id is not None:
+                nxt = torch.where(done, torch.full_like(nxt, eos_id), nxt)
+                done = done | (nxt == eos_id)
+            out[:, end] = nxt
+            end += 1
+            if eos_id is not None and done.all():
+                break
+            if use_cache:
+                logits = self(out[:, end - 1:end], cache=cache)[0][:, -1]
+            else:
+                logits = self(out[:, :end], attention_mask=mask[:, :end])[0][:, -1]
+    return out[:, :end].clone()  # outside inference mode: an ordinary tensor, usable as a later input to autograd
 
 # %% ../nbs/02_model.ipynb #0c94906d
 @torch.no_grad()

@@ -66,6 +66,24 @@ def test_cached_and_uncached_generation_agree(pos, shared, lengths, seed, eos):
     assert torch.equal(m.generate(idx, **kw), m.generate(idx, use_cache=False, **kw))
 
 
+def test_generated_ids_are_ordinary_tensors_and_stacked_weights_serve_no_grad_later():
+    "`generate` runs in inference mode; what it returns and leaves behind works outside it."
+    torch.manual_seed(0)
+    m = DecoderLM(SMALL).eval()
+    idx = torch.randint(3, SMALL.n_vocab, (2, 5))
+    out = m.generate(idx, 4)
+    assert not out.is_inference()
+    out[:, 0] = 0  # in place, outside inference mode
+    m.train()
+    m(out, targets=out)[1].backward()  # generated ids as training input
+    with torch.no_grad():  # the weights stacked during generation, reused outside inference mode
+        torch.testing.assert_close(m.layers[0].attn(m.embed(out), None, torch.arange(9)),
+                                   m.layers[0].attn.o(torch.nn.functional.scaled_dot_product_attention(
+                                       *(lin(m.embed(out)).view(2, 9, SMALL.n_heads, -1).transpose(1, 2)
+                                         for lin in (m.layers[0].attn.q, m.layers[0].attn.k, m.layers[0].attn.v))
+                                   ).transpose(1, 2).reshape(2, 9, -1)))
+
+
 def test_generation_stops_when_all_rows_emit_eos():
     m = DecoderLM(SMALL).eval()
     with torch.no_grad():
