@@ -358,7 +358,7 @@ def forward(self: DecoderLM, idx: torch.Tensor, targets: torch.Tensor | None = N
     logits = self.lm_head(self.norm(x))
     if targets is None:
         return logits, None
-    if logits.device.type == "cpu" and not torch.compiler.is_compiling():
+    if logits.device.type == "cpu":
         loss = cross_entropy(logits.float().flatten(0, 1), targets.flatten())
     else:
         loss = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), ignore_index=-100)
