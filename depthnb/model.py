@@ -125,9 +125,10 @@ def flex_attend(q, k, v, mask: FlexMask) -> torch.Tensor:
     return _compiled_flex(q, k, v, score_mod=score_mod, block_mask=mask.block_mask)
 
 
-def softmax_attention(q, k, v, mask: torch.Tensor) -> torch.Tensor:
-    "softmax(q kᵀ / √d_head + mask) v in autograd operators, so that `mask` gets its gradient."
-    return torch.softmax((q * q.shape[-1] ** -0.5 @ k.transpose(-2, -1)).add_(mask), dim=-1) @ v
+def softmax_attention(q, k, v, mask: torch.Tensor, q_scaled: bool = False) -> torch.Tensor:
+    "softmax(q kᵀ / √d_head + mask) v in autograd operators, so that `mask` gets its gradient (`q_scaled`: q is already / √d_head)."
+    scaled = q if q_scaled else q * q.shape[-1] ** -0.5
+    return torch.softmax((scaled @ k.transpose(-2, -1)).add_(mask), dim=-1) @ v
 
 
 CAUSAL_SPLIT_MIN_LEN = 64  # shorter passes save less than the extra operators cost (see nbs/11_bench.ipynb)
@@ -135,9 +136,11 @@ CAUSAL_SPLIT_MIN_LEN = 64  # shorter passes save less than the extra operators c
 
 def causal_attention(q, k, v, mask: torch.Tensor) -> torch.Tensor:
     "`softmax_attention` of a causal pass (as many queries as keys) in two query halves; the first skips the keys it cannot see."
+    # contiguous copies once (q's while scaling it), so that the batched products read the halves in place
+    q, k, v = (q * q.shape[-1] ** -0.5).contiguous(), k.contiguous(), v.contiguous()
     half = (q.shape[-2] + 1) // 2
-    first = softmax_attention(q[..., :half, :], k[..., :half, :], v[..., :half, :], mask[..., :half, :half])
-    second = softmax_attention(q[..., half:, :], k, v, mask[..., half:, :])
+    first = softmax_attention(q[..., :half, :], k[..., :half, :], v[..., :half, :], mask[..., :half, :half], True)
+    second = softmax_attention(q[..., half:, :], k, v, mask[..., half:, :], True)
     return torch.cat((first, second), dim=-2)
 
 
