@@ -44,8 +44,8 @@ __all__ = ['ATTN_VARIANTS', 'PRESET_CLASSES', 'CPU_COMPILE_MIN_STEPS', 'RESULTS_
            'timed_segment', 'alternate', 'contender_names', 'random_batches', 'TrainContender', 'make_train_contender',
            'bench_training', 'decode_setup', 'bench_decoding', 'profile_ops', 'summarize', 'environment', 'BenchResult',
            'run_bench', 'format_summary', 'format_result', 'record', 'paper_batch', 'memory_check', 'cogs_lengths',
-           'cogs_decode_time', 'bench_cogs', 'RandomTokens', 'bench_pretrain_config', 'stagewise_run', 'bench_midas',
-           'bench_config_from_args', 'bench_selection', 'cli_bench']
+           'cogs_batches', 'cogs_decode_batch', 'bench_cogs', 'RandomTokens', 'bench_pretrain_config', 'stagewise_run',
+           'bench_midas', 'bench_config_from_args', 'bench_selection', 'cli_bench']
 
 # %% ../nbs/11_bench.ipynb #a508d9ec
 class RefAttention(nn.Module):
@@ -510,7 +510,9 @@ def _format_extra(key: str, value) -> list[str]:
         t = pd.DataFrame({k: v for k, v in value.items() if isinstance(v, dict)}).T
         if not t.empty:
             t["tokens_per_s"] = t.decoded_tokens / t.seconds
-        return ["", f"COGS gen decoding (lengths: {value['source']}):", "", t.map(_fmt).to_markdown(), ""]
+        ratio = f"; ratio (reference seconds ÷ depthnb seconds) {_fmt(value['ratio'])}" if "ratio" in value else ""
+        return ["", f"COGS gen decoding (lengths: {value['source']}; the models take turns batch by batch{ratio}):",
+                "", t.map(_fmt).to_markdown(), ""]
     if key == "midas_wall_clock":
         head = ", ".join(f"{k} {_fmt(v)}" for k, v in value.items() if k != "stages")
         return ["", f"MIDAS wall clock: {head}. Stages:", "", pd.DataFrame(value["stages"]).map(_fmt).to_markdown(index=False), ""]
@@ -605,48 +607,64 @@ def cogs_lengths(tsv: str | Path | None = None, tokenizer: str | Path | None = N
     return lengths, f"{source}, whitespace token counts (no tokenizer given)"
 
 # %% ../nbs/11_bench.ipynb #5b67057e
-def cogs_decode_time(model: nn.Module, lengths: list[tuple[int, int]], batch_size: int, device: torch.device,
-                     bf16: bool, seed: int = 0) -> dict:
-    "Decode prompts of the given lengths greedily in length-sorted, left-padded batches; total seconds."
+def cogs_batches(lengths: list[tuple[int, int]], batch_size: int, n_vocab: int,
+                 seed: int = 0) -> list[tuple[torch.Tensor, torch.Tensor, int]]:
+    "Random prompts of the given lengths in length-sorted, left-padded batches: (ids, padding mask, steps) each."
     g = torch.Generator().manual_seed(seed)
     order = sorted(range(len(lengths)), key=lambda i: lengths[i][0])
-    new_tokens, t0 = 0, None
-    _sync(device)
-    t0 = time.perf_counter()
+    batches = []
     for s in range(0, len(order), batch_size):
         rows = [lengths[i] for i in order[s:s + batch_size]]
         width, steps = max(p for p, _ in rows), max(a for _, a in rows)
         idx = torch.zeros(len(rows), width, dtype=torch.long)
         mask = torch.zeros_like(idx)
         for r, (p, _) in enumerate(rows):
-            idx[r, width - p:] = torch.randint(3, model.cfg.n_vocab, (p,), generator=g)
+            idx[r, width - p:] = torch.randint(3, n_vocab, (p,), generator=g)
             mask[r, width - p:] = 1
-        with autocast(device, bf16):
-            if isinstance(model, DecoderLM):
-                model.generate(idx.to(device), steps, attention_mask=mask.to(device))
-            else:  # the reference has no padding mask; same shapes, same number of steps
-                model.generate(idx.to(device), steps)
-        new_tokens += len(rows) * steps
+        batches.append((idx, mask, steps))
+    return batches
+
+
+def cogs_decode_batch(model: nn.Module, idx: torch.Tensor, mask: torch.Tensor, steps: int, device: torch.device,
+                      bf16: bool) -> float:
+    "Seconds to decode one batch greedily for `steps` new tokens."
+    idx, mask = idx.to(device), mask.to(device)
     _sync(device)
-    return dict(seconds=time.perf_counter() - t0, examples=len(lengths), batches=-(-len(lengths) // batch_size),
-                batch_size=batch_size, decoded_tokens=new_tokens)
+    t0 = time.perf_counter()
+    with autocast(device, bf16):
+        if isinstance(model, DecoderLM):
+            model.generate(idx, steps, attention_mask=mask)
+        else:  # the reference has no padding mask; same shapes, same number of steps
+            model.generate(idx, steps)
+    _sync(device)
+    return time.perf_counter() - t0
 
 # %% ../nbs/11_bench.ipynb #fb3dc26b
 def bench_cogs(bc: BenchConfig, lengths: list[tuple[int, int]], source: str, batch_size: int = 512,
                keep_going: bool = True) -> tuple[dict, dict]:
-    "COGS-gen decoding time of depthnb (and the reference): ({name: timing}, errors)."
+    "COGS-gen decoding time of depthnb (and the reference), taking turns batch by batch: ({name: timing}, errors)."
     device = torch.device(bc.device)
     longest = max(p + a for p, a in lengths)
     cfg = replace(bench_model_config(bc), n_ctx=max(bc.n_ctx, longest))
-    out, errors = {"source": source}, {}
+    batches = cogs_batches(lengths, batch_size, cfg.n_vocab, bc.seed)
+    out, errors, models = {"source": source}, {}, {}
     for kind in ("depthnb", "reference") if bc.reference else ("depthnb",):
-        def run(kind=kind):
+        def warmed(kind=kind):
             model = _build(kind, cfg, device, bc.seed).eval()
-            cogs_decode_time(model, lengths[:batch_size], batch_size, device, bc.use_bf16)  # warm-up
-            return cogs_decode_time(model, lengths, batch_size, device, bc.use_bf16, bc.seed)
-        timing = _try(errors, f"cogs {kind}", run, keep_going)
-        if timing is not None:
-            out[kind] = timing
+            cogs_decode_batch(model, *batches[0], device, bc.use_bf16)  # warm-up (and a check that it runs)
+            return model
+        model = _try(errors, f"cogs {kind}", warmed, keep_going)
+        if model is not None:
+            models[kind] = model
+    seconds = dict.fromkeys(models, 0.0)
+    for b, batch in enumerate(batches):  # A B, B A, …: a change of load hits both alike
+        for kind in list(models)[::1 if b % 2 == 0 else -1]:
+            seconds[kind] += cogs_decode_batch(models[kind], *batch, device, bc.use_bf16)
+    for kind in models:
+        out[kind] = dict(seconds=seconds[kind], examples=len(lengths), batches=len(batches), batch_size=batch_size,
+                         decoded_tokens=sum(len(idx) * steps for idx, _, steps in batches))
+    if "reference" in models and "depthnb" in models:
+        out["ratio"] = seconds["reference"] / seconds["depthnb"]  # > 1: depthnb decodes faster
     return out, errors
 
 # %% ../nbs/11_bench.ipynb #d3cd014f

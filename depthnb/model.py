@@ -18,9 +18,10 @@ from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex
 from .config import ModelConfig
 
 # %% auto #0
-__all__ = ['CAUSAL', 'relative_position_bucket', 'RelativePositionBias', 'rope_rotate', 'KVCache', 'FlexMask', 'flex_attend',
-           'attend', 'project', 'Attention', 'GatedFFN', 'Layer', 'DecoderLM', 'attention_mask_bias', 'cache_masks',
-           'causal_block_mask', 'flex_mask', 'layer_mask', 'extra_params', 'generate_many']
+__all__ = ['CAUSAL', 'CAUSAL_SPLIT_MIN_LEN', 'relative_position_bucket', 'RelativePositionBias', 'rope_rotate', 'KVCache',
+           'FlexMask', 'flex_attend', 'softmax_attention', 'causal_attention', 'attend', 'project', 'Attention',
+           'GatedFFN', 'Layer', 'DecoderLM', 'attention_mask_bias', 'cache_masks', 'causal_block_mask', 'flex_mask',
+           'layer_mask', 'cross_entropy', 'extra_params', 'generate_many']
 
 # %% ../nbs/02_model.ipynb #d9e2b4dd
 def relative_position_bucket(distance: torch.Tensor, n_buckets: int = 32, max_distance: int = 128) -> torch.Tensor:
@@ -78,10 +79,10 @@ class KVCache:
             # keep keys in the dtype they are computed in (bf16 under autocast): an fp32 cache would be cast
             # back down, whole, by every attention call of every decoding step
             self.k, self.v = self.k.to(k.dtype), self.v.to(v.dtype)
-        end = self.length + k.shape[2]
-        self.k[layer, :, :, self.length:end] = k
-        self.v[layer, :, :, self.length:end] = v
-        return self.k[layer, :, :, :end], self.v[layer, :, :, :end]
+        keys, values, t = self.k[layer], self.v[layer], k.shape[2]
+        keys.narrow(2, self.length, t).copy_(k)
+        values.narrow(2, self.length, t).copy_(v)
+        return keys.narrow(2, 0, self.length + t), values.narrow(2, 0, self.length + t)
 
     def step_mask(self) -> torch.Tensor | None:
         "The additive mask of one new token at position `length`: its bias row plus the padding of the keys."
@@ -124,32 +125,54 @@ def flex_attend(q, k, v, mask: FlexMask) -> torch.Tensor:
     return _compiled_flex(q, k, v, score_mod=score_mod, block_mask=mask.block_mask)
 
 
+def softmax_attention(q, k, v, mask: torch.Tensor, q_scaled: bool = False) -> torch.Tensor:
+    "softmax(q kᵀ / √d_head + mask) v in autograd operators, so that `mask` gets its gradient (`q_scaled`: q is already / √d_head)."
+    scaled = q if q_scaled else q * q.shape[-1] ** -0.5
+    return torch.softmax((scaled @ k.transpose(-2, -1)).add_(mask), dim=-1) @ v
+
+
+CAUSAL_SPLIT_MIN_LEN = 64  # shorter passes save less than the extra operators cost (see nbs/11_bench.ipynb)
+
+
+def causal_attention(q, k, v, mask: torch.Tensor) -> torch.Tensor:
+    "`softmax_attention` of a causal pass (as many queries as keys) in two query halves; the first skips the keys it cannot see."
+    # contiguous copies once (q's while scaling it), so that the batched products read the halves in place
+    q, k, v = (q * q.shape[-1] ** -0.5).contiguous(), k.contiguous(), v.contiguous()
+    half = (q.shape[-2] + 1) // 2
+    first = softmax_attention(q[..., :half, :], k[..., :half, :], v[..., :half, :], mask[..., :half, :half], True)
+    second = softmax_attention(q[..., half:, :], k, v, mask[..., half:, :], True)
+    return torch.cat((first, second), dim=-2)
+
+
 def attend(q, k, v, mask) -> torch.Tensor:
-    "Attention of q over k, v (b, h, t, d) under `mask`: additive tensor or None, `CAUSAL`, or `FlexMask`."
+    """Attention of q over k, v (b, h, t, d) under `mask`: additive tensor or None, `CAUSAL`, or `FlexMask`.
+    A tensor mask is causal, as the model's are: query i of the last t positions never sees a later key."""
     if isinstance(mask, FlexMask):
         return flex_attend(q, k, v, mask)
     if isinstance(mask, str):
         return F.scaled_dot_product_attention(q, k, v, is_causal=True)
     if mask is not None and mask.requires_grad and q.device.type == "cpu" and torch.is_grad_enabled():
-        # SDPA's fused CPU kernel has no gradient for the mask, so SDPA falls back to its math path, which also
-        # scales q and k separately and checks every row for being fully masked; this is that math without them
-        # (every row here keeps its diagonal)
-        return torch.softmax((q * q.shape[-1] ** -0.5 @ k.transpose(-2, -1)).add_(mask), dim=-1) @ v
+        # SDPA's fused CPU kernel has no gradient for the mask, so SDPA would fall back to its math path, which
+        # also scales q and k separately and checks every row for being fully masked (every row here keeps its
+        # diagonal); without a cached prefix the first half of the queries needs only the first half of the keys
+        if q.shape[-2] == k.shape[-2] >= CAUSAL_SPLIT_MIN_LEN:
+            return causal_attention(q, k, v, mask)
+        return softmax_attention(q, k, v, mask)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
 
 # %% ../nbs/02_model.ipynb #5c0a9e22
 def project(module: nn.Module, names: tuple[str, ...], x: torch.Tensor) -> list[torch.Tensor]:
     "`x` through the bias-free linear layers `names` of `module`; without autograd, as one matrix product."
-    linears = [getattr(module, n) for n in names]
     if torch.is_grad_enabled() or torch.compiler.is_compiling():
-        return [lin(x) for lin in linears]
-    weights = [lin.weight for lin in linears]
-    key = (names, tuple((w.data_ptr(), w._version) for w in weights))  # _version: in-place updates count too
+        return [getattr(module, n)(x) for n in names]
+    # straight from the dicts: nn.Module's attribute fallback costs more than a decoding step's matrix product
+    weights = [module._modules[n]._parameters["weight"] for n in names]
+    key = [(w.data_ptr(), w._version) for w in weights]  # _version: in-place updates count too
     stacked = module.__dict__.get("_stacked")
     if stacked is None or stacked[0] != key:
         # keeping the weights referenced keeps their storage, so a data_ptr in the key cannot be reused
-        stacked = module.__dict__["_stacked"] = (key, torch.cat(weights), weights)
-    return list(F.linear(x, stacked[1]).split([lin.out_features for lin in linears], dim=-1))
+        stacked = module.__dict__["_stacked"] = (key, torch.cat(weights), [w.shape[0] for w in weights], weights)
+    return F.linear(x, stacked[1]).split(stacked[2], dim=-1)
 
 # %% ../nbs/02_model.ipynb #1df7fab2
 class Attention(nn.Module):
@@ -293,6 +316,29 @@ def layer_mask(model: DecoderLM, q_pos, k_pos, key_padding=None, dtype=torch.flo
             return CAUSAL
     return attention_mask_bias(model, q_pos, k_pos, key_padding, dtype)
 
+# %% ../nbs/02_model.ipynb #8cbc539c
+class _CrossEntropy(torch.autograd.Function):
+    "Mean cross-entropy over targets != ignore_index; the backward overwrites the saved log-probabilities."
+    @staticmethod
+    def forward(ctx, logits, targets, ignore_index: int):
+        logp = torch.log_softmax(logits, dim=-1)
+        counted = targets != ignore_index
+        ctx.save_for_backward(logp, targets, counted)
+        return F.nll_loss(logp, targets, ignore_index=ignore_index)
+
+    @staticmethod
+    def backward(ctx, grad):
+        logp, targets, counted = ctx.saved_tensors  # a second backward fails here: logp was modified in place
+        scale = counted.to(logp.dtype) * (grad / counted.sum().clamp(min=1))  # none counted: F's zero gradient
+        grad_logits = logp.exp_().mul_(scale[:, None])  # the softmax, scaled; 0 on rows that do not count
+        grad_logits.scatter_add_(1, targets.where(counted, 0)[:, None], -scale[:, None])
+        return grad_logits, None, None
+
+
+def cross_entropy(logits: torch.Tensor, targets: torch.Tensor, ignore_index: int = -100) -> torch.Tensor:
+    "`F.cross_entropy(logits, targets, ignore_index=ignore_index)` of (n, V) logits, with a one-pass backward."
+    return _CrossEntropy.apply(logits, targets, ignore_index)
+
 # %% ../nbs/02_model.ipynb #607ae3f4
 @patch
 def forward(self: DecoderLM, idx: torch.Tensor, targets: torch.Tensor | None = None,
@@ -315,7 +361,10 @@ def forward(self: DecoderLM, idx: torch.Tensor, targets: torch.Tensor | None = N
     logits = self.lm_head(self.norm(x))
     if targets is None:
         return logits, None
-    loss = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), ignore_index=-100)
+    if logits.device.type == "cpu":
+        loss = cross_entropy(logits.float().flatten(0, 1), targets.flatten())
+    else:
+        loss = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), ignore_index=-100)
     return logits, loss
 
 # %% ../nbs/02_model.ipynb #baa600a8
@@ -325,37 +374,37 @@ def extra_params(cfg: ModelConfig) -> int:
 
 # %% ../nbs/02_model.ipynb #08ea31a0
 @patch
-@torch.no_grad()
 def generate(self: DecoderLM, idx: torch.Tensor, max_new_tokens: int, eos_id: int | None = None,
              use_cache: bool = True, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
     "Greedy continuation of `idx` (b, t): returns (b, t + new) with new <= max_new_tokens."
-    b, t = idx.shape
-    out = torch.empty(b, t + max_new_tokens, dtype=idx.dtype, device=idx.device)  # filled column by column
-    out[:, :t] = idx
-    mask = torch.ones_like(out)  # a padding mask even without padding: decoding never takes the flex path
-    if attention_mask is not None:
-        mask[:, :t] = attention_mask
-    cache = None
-    if use_cache:
-        cache = KVCache(len(self.layers), b, self.cfg.n_heads, t + max_new_tokens,
-                        self.cfg.d_attn // self.cfg.n_heads, device=idx.device, dtype=self.embed.weight.dtype)
-    logits = self(idx, attention_mask=mask[:, :t], cache=cache)[0][:, -1]
-    done = torch.zeros(b, dtype=torch.bool, device=idx.device)
-    end = t
-    for _ in range(max_new_tokens):
-        nxt = logits.argmax(-1)
-        if eos_id is not None:
-            nxt = torch.where(done, torch.full_like(nxt, eos_id), nxt)
-            done = done | (nxt == eos_id)
-        out[:, end] = nxt
-        end += 1
-        if eos_id is not None and done.all():
-            break
+    with torch.inference_mode():  # no_grad, and no view or version tracking: a step is mostly per-call overhead
+        b, t = idx.shape
+        out = torch.empty(b, t + max_new_tokens, dtype=idx.dtype, device=idx.device)  # filled column by column
+        out[:, :t] = idx
+        mask = torch.ones_like(out)  # a padding mask even without padding: decoding never takes the flex path
+        if attention_mask is not None:
+            mask[:, :t] = attention_mask
+        cache = None
         if use_cache:
-            logits = self(out[:, end - 1:end], cache=cache)[0][:, -1]
-        else:
-            logits = self(out[:, :end], attention_mask=mask[:, :end])[0][:, -1]
-    return out[:, :end]
+            cache = KVCache(len(self.layers), b, self.cfg.n_heads, t + max_new_tokens,
+                            self.cfg.d_attn // self.cfg.n_heads, device=idx.device, dtype=self.embed.weight.dtype)
+        logits = self(idx, attention_mask=mask[:, :t], cache=cache)[0][:, -1]
+        done = torch.zeros(b, dtype=torch.bool, device=idx.device)
+        end = t
+        for _ in range(max_new_tokens):
+            nxt = logits.argmax(-1)
+            if eos_id is not None:
+                nxt = torch.where(done, torch.full_like(nxt, eos_id), nxt)
+                done = done | (nxt == eos_id)
+            out[:, end] = nxt
+            end += 1
+            if eos_id is not None and done.all():
+                break
+            if use_cache:
+                logits = self(out[:, end - 1:end], cache=cache)[0][:, -1]
+            else:
+                logits = self(out[:, :end], attention_mask=mask[:, :end])[0][:, -1]
+    return out[:, :end].clone()  # outside inference mode: an ordinary tensor, usable as a later input to autograd
 
 # %% ../nbs/02_model.ipynb #0c94906d
 @torch.no_grad()

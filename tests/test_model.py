@@ -7,7 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from depthnb.config import SIZE_CLASSES, ModelConfig
-from depthnb.model import DecoderLM, KVCache, attend, attention_mask_bias, cache_masks, extra_params, project
+from depthnb.model import (DecoderLM, KVCache, attend, attention_mask_bias, cache_masks, causal_attention, cross_entropy,
+                           extra_params, project)
 from depthnb.solver import model_config, model_params
 
 SMALL = ModelConfig(d_model=32, d_attn=32, n_heads=4, d_ff=48, n_layers=3, n_vocab=97, n_ctx=64)
@@ -65,6 +66,24 @@ def test_cached_and_uncached_generation_agree(pos, shared, lengths, seed, eos):
     assert torch.equal(m.generate(idx, **kw), m.generate(idx, use_cache=False, **kw))
 
 
+def test_generated_ids_are_ordinary_tensors_and_stacked_weights_serve_no_grad_later():
+    "`generate` runs in inference mode; what it returns and leaves behind works outside it."
+    torch.manual_seed(0)
+    m = DecoderLM(SMALL).eval()
+    idx = torch.randint(3, SMALL.n_vocab, (2, 5))
+    out = m.generate(idx, 4)
+    assert not out.is_inference()
+    out[:, 0] = 0  # in place, outside inference mode
+    m.train()
+    m(out, targets=out)[1].backward()  # generated ids as training input
+    with torch.no_grad():  # the weights stacked during generation, reused outside inference mode
+        torch.testing.assert_close(m.layers[0].attn(m.embed(out), None, torch.arange(9)),
+                                   m.layers[0].attn.o(torch.nn.functional.scaled_dot_product_attention(
+                                       *(lin(m.embed(out)).view(2, 9, SMALL.n_heads, -1).transpose(1, 2)
+                                         for lin in (m.layers[0].attn.q, m.layers[0].attn.k, m.layers[0].attn.v))
+                                   ).transpose(1, 2).reshape(2, 9, -1)))
+
+
 def test_generation_stops_when_all_rows_emit_eos():
     m = DecoderLM(SMALL).eval()
     with torch.no_grad():
@@ -96,6 +115,42 @@ def test_cpu_training_attention_matches_sdpa_values_and_bias_gradient():
     torch.testing.assert_close(ours, ref)
     for g, r in zip(torch.autograd.grad(ours.square().sum(), inputs), torch.autograd.grad(ref.square().sum(), inputs)):
         torch.testing.assert_close(g, r)
+
+
+@pytest.mark.parametrize("t", [1, 9, 64, 65])
+def test_causal_halves_match_sdpa_with_padding_and_bias_gradient(t):
+    "The two-halves path (queries of the first half see only the first half's keys) is SDPA's attention."
+    torch.manual_seed(t)
+    m = DecoderLM(SMALL)
+    torch.nn.init.normal_(m.rel_bias.table.weight, std=1.0)
+    q, k, v = (torch.randn(3, SMALL.n_heads, t, 8, requires_grad=True) for _ in range(3))
+    pos, padding = torch.arange(t), torch.ones(3, t, dtype=torch.long)
+    padding[1, :t // 2] = 0  # a left-padded row
+    inputs = [q, k, v, m.rel_bias.table.weight]
+    ours = causal_attention(q, k, v, attention_mask_bias(m, pos, pos, padding))
+    ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=attention_mask_bias(m, pos, pos, padding))
+    torch.testing.assert_close(ours, ref)
+    for g, r in zip(torch.autograd.grad(ours.square().sum(), inputs), torch.autograd.grad(ref.square().sum(), inputs)):
+        torch.testing.assert_close(g, r)
+
+
+def test_model_loss_and_gradients_match_autograd_cross_entropy():
+    "The CPU loss with its own backward gives what F.cross_entropy gives, ignored targets included."
+    torch.manual_seed(0)
+    m = DecoderLM(replace(SMALL, n_ctx=80))
+    idx = torch.randint(0, SMALL.n_vocab, (2, 80))
+    targets = idx.roll(-1, 1)
+    targets[0, :30] = -100
+    logits, loss = m(idx, targets=targets)
+    ref = torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-100)
+    assert loss.item() == ref.item()
+    params = list(m.parameters())
+    for g, r in zip(torch.autograd.grad(loss, params, retain_graph=True), torch.autograd.grad(ref, params)):
+        torch.testing.assert_close(g, r)
+    x, none = torch.randn(4, 7, requires_grad=True), torch.full((4,), -100)
+    ours, ref = cross_entropy(x, none), torch.nn.functional.cross_entropy(x, none, ignore_index=-100)
+    assert torch.isnan(ours) and torch.isnan(ref)  # no position counts: both are 0 / 0
+    assert torch.equal(torch.autograd.grad(ours, x)[0], torch.autograd.grad(ref, x)[0])
 
 
 def test_decoding_step_mask_is_the_row_of_the_additive_mask():
