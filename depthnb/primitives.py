@@ -523,11 +523,10 @@ def finetune_primitives(model: nn.Module, tokenizer, cfg: PrimitiveConfig, seed:
 
 
 def ft_summary(log: pd.DataFrame, cfg: PrimitiveConfig) -> pd.DataFrame:
-    "Per seed and task: holdout accuracy and choice accuracy averaged over the evaluation steps in [ft_eval_from, ft_steps]."
+    "Per seed and task: holdout accuracy (and choice accuracy, if logged) averaged over the evaluation steps in [ft_eval_from, ft_steps]."
     h = log[(log.split == "holdout") & log.step.between(cfg.ft_eval_from, cfg.ft_steps)]
-    return h.groupby(["seed", "task"], as_index=False).agg(accuracy=("accuracy", "mean"),
-                                                           choice_accuracy=("choice_accuracy", "mean"),
-                                                           n_steps=("step", "nunique"))
+    means = {m: (m, "mean") for m in ("accuracy", "choice_accuracy") if m in h}
+    return h.groupby(["seed", "task"], as_index=False).agg(**means, n_steps=("step", "nunique"))
 
 # %% ../nbs/04_primitives.ipynb #7e9b31e7
 TABLE7_PAPER = (  # (task, MIDAS mean, MIDAS std, baseline mean, baseline std), %
