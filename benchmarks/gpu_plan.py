@@ -58,7 +58,7 @@ FINETUNE_MFU = 0.05  # assumed: short task sequences, small batches, eager
 DECODE_STEP_SECONDS = 0.004  # assumed: one greedy KV-cache step of a batch of a 41M-class model, eager
 NOTEBOOK_SECONDS = 15  # papermill kernel start, imports, tables and figures of one experiment notebook
 TASK_TOKENS = {"cogs": 60, "cogs_vf": 45, "geoquery": 30, "passivization": 25}  # assumed tokens per example
-TASK_DATASETS = ("cogs", "cogs_vf", "geoquery", "passivization")  # registry datasets carried (data.TASKS)
+TASK_DATASETS = ("cogs", "cogs_vf", "geoquery", "passivization")  # registry datasets carried (tasks.TASKS)
 
 PLAN_DIR = ".gpu"  # carried folder (git-ignored): plan.json, data.tar.xz, whl/
 STATE_DIR = Path("runs") / "gpu-plan"  # on the device: state, logs, figures, bench outputs (ignored: kept warm)

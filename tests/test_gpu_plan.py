@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from depthnb.config import PRESETS
-from depthnb.data import TASKS
+from depthnb.tasks import TASKS
 
 ROOT = Path(__file__).resolve().parent.parent
 spec = importlib.util.spec_from_file_location("gpu_plan", ROOT / "benchmarks" / "gpu_plan.py")

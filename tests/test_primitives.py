@@ -261,10 +261,10 @@ class Reader(nn.Module):
 
 @pytest.mark.parametrize("task", list(PRIMITIVE_TASKS))
 def test_a_perfect_reader_scores_everything(tok, task):
-    res = evaluate_task(Reader(task, tok), tok, task, n=25, shots=5, batch_size=7)
+    res = evaluate_task(Reader(task, tok), tok, task, n=25, shots=5, batch_size=7, choice=False)
     assert res["accuracy"] == 1.0 and res["n"] == 25 and len(res["answers"]) == 25
     assert res["accuracy_calculator"] == 1.0 if task == "psm" else "accuracy_calculator" not in res
-    wrong = evaluate_task(Reader(task, tok, extra="3"), tok, task, n=25)
+    wrong = evaluate_task(Reader(task, tok, extra="3"), tok, task, n=25, choice=False)
     assert wrong["accuracy"] == 0.0  # an answer that runs on past the target is wrong
     if task == "psm":
         assert wrong["accuracy_calculator"] == 1.0  # ... unless only the expression counts
