@@ -44,7 +44,7 @@ reproduce: install
 # pytest on both cores, a test file per worker: module fixtures (the docs build in _proc/, the pipeline run) once.
 test: install
 	OMP_NUM_THREADS=1 $(BIN)/nbdev_test --n_workers 2 --timing
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=15 tests
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=15 -m "not rehearsal" tests
 
 export: install
 	$(BIN)/nbdev_export
@@ -94,4 +94,4 @@ gpu-prepare: install
 	$(BIN)/python benchmarks/gpu_plan.py prepare
 
 gpu-rehearsal: install
-	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/gpu_plan.py rehearse
+	$(BIN)/python -m pytest -q -m rehearsal tests/test_gpu_plan.py

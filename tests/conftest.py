@@ -10,6 +10,7 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "slow: long-running test (seconds to minutes)")
     config.addinivalue_line("markers", "gpu: needs a CUDA device; skipped without one")
     config.addinivalue_line("markers", "browser: drives headless Chromium against the built docs site")
+    config.addinivalue_line("markers", "rehearsal: the GPU plan's CPU dress rehearsal (make gpu-rehearsal; .ci/run runs it after make test)")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -92,6 +92,7 @@ def test_device_needs_out_and_plan(monkeypatch, capsys):
 
 
 @pytest.mark.slow
+@pytest.mark.rehearsal
 def test_rehearsal(tmp_path):
     "The whole plan on the CPU at shrunk shapes; about 5 minutes on one thread."
     work = tmp_path / "rehearsal"
