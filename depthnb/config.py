@@ -383,7 +383,7 @@ PRESETS: dict[str, Preset] = {
                                                 tokenizer_docs=2_000),
                                 steps=1200, batch_size=16, lr=3e-3, warmup_steps=100, eval_every=200,
                                 eval_sequences=64, log_every=50, ckpt_every=400, n_snapshots=12,
-                                snapshot_spacing="linear", device="cpu", compile=True),
+                                snapshot_spacing="linear", device="cpu", compile=False),
         finetune=FinetuneConfig(steps=800, batch_size=32, lr=2e-3, warmup_steps=50, eval_every=200,
                                 eval_examples=200, n_snapshots=4, gen_limit=400, max_new_tokens=160,
                                 device="cpu", compile=False),
