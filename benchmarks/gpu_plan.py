@@ -36,7 +36,8 @@ sys.path.insert(0, str(ROOT))  # the checkout's depthnb, also where it is not in
 
 from depthnb.config import (CommandParser, UsageError, load_preset, preset_depths, STACK_METHODS,  # noqa: E402
                             preset_from_args, preset_size_class, resolve_size_class)
-from depthnb.data import cache_dir, data_path, meta_path, prepare_pretraining, registry  # noqa: E402
+from depthnb.data import meta_path, prepare_pretraining  # noqa: E402
+from depthnb.sources import cache_dir, data_path, registry  # noqa: E402
 from depthnb.schedules import speedup, stack_config  # noqa: E402
 from depthnb.solver import flops_per_token, model_config  # noqa: E402
 

@@ -15,7 +15,8 @@ import numpy as np
 import pandas as pd
 
 from .config import UsageError, check_choice
-from .data import Tokenizer, data_path
+from .data import Tokenizer
+from .sources import data_path
 
 
 # %% auto #0

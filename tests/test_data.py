@@ -1,4 +1,4 @@
-"""Tests of depthnb.data on the real files of the mirror: registry and fetching, pretraining text,
+"""Tests of depthnb.sources and depthnb.data on the real files of the mirror: registry and fetching, pretraining text,
 tokenizer, packing and the block loader (the compositional tasks: tests/test_tasks.py)."""
 import gzip
 import http.server
@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from depthnb import data as D
+from depthnb import sources as S
 from depthnb.config import DataConfig
 
 # A small tokenizer keeps the suite fast: 400 pieces from 200 articles (trained once, then cached).
@@ -28,7 +29,7 @@ def tok():
 # --- registry and fetching ------------------------------------------------------------------------------
 
 def test_registry_matches_sources_md():
-    reg = D.registry()
+    reg = S.registry()
     files = {f.file: f for d in reg.values() for f in d.files}
     assert len(files) == 19
     assert files["cogs/gen.tsv"].sha256 == "d013d9eee0bafc153f8decc85f42814ac97260f84964d980e1e2b84577b82361"
@@ -43,12 +44,12 @@ def test_registry_matches_sources_md():
 @pytest.fixture(scope="session")
 def real():
     "Cached paths of every registry file, verified (copied from the mirror or downloaded)."
-    return D.fetch_data(progress=False)
+    return S.fetch_data(progress=False)
 
 
 def test_fetch_verifies_every_file(real):
     assert len(real) == 19
-    assert D.fetch_data(progress=False, verify=True) == real
+    assert S.fetch_data(progress=False, verify=True) == real
 
 
 def test_fetch_errors_name_file_and_reason(real, tmp_path, monkeypatch):
@@ -58,8 +59,8 @@ def test_fetch_errors_name_file_and_reason(real, tmp_path, monkeypatch):
     data = bytearray(real["geoquery/geo_funql_test.tsv"].read_bytes())
     data[-1] ^= 1
     (mirror / "geoquery" / "geo_funql_test.tsv").write_bytes(bytes(data))
-    with pytest.raises(D.FetchError) as e:
-        D.fetch_data(["geoquery"], mirror=mirror, progress=False)
+    with pytest.raises(S.FetchError) as e:
+        S.fetch_data(["geoquery"], mirror=mirror, progress=False)
     msg = str(e.value)
     assert "2 of 2 files failed (from mirror" in msg
     assert f"geoquery/geo_funql_train.tsv: missing in mirror {mirror}" in msg
@@ -83,14 +84,14 @@ def http_sources(real, tmp_path, monkeypatch):
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Quiet)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    monkeypatch.setattr(D, "RAW_URL", f"http://127.0.0.1:{server.server_port}/{{repo}}/{{commit}}/{{path}}")
+    monkeypatch.setattr(S, "RAW_URL", f"http://127.0.0.1:{server.server_port}/{{repo}}/{{commit}}/{{path}}")
     monkeypatch.setenv("DEPTHNB_CACHE_DIR", str(tmp_path / "cache"))
     yield root
     server.shutdown()
 
 
 def _entry(file):
-    return next(f for d in D.registry().values() for f in d.files if f.file == file)
+    return next(f for d in S.registry().values() for f in d.files if f.file == file)
 
 
 def _serve(root, entry, content: bytes, path=None, repo=None, commit=None, transform=None):
@@ -102,13 +103,13 @@ def _serve(root, entry, content: bytes, path=None, repo=None, commit=None, trans
 def test_download_verifies_and_transforms(real, http_sources):
     geo, wt = _entry("geoquery/geo_funql_train.tsv"), _entry("pretrain/wikitext-2/valid.txt.gz")
     _serve(http_sources, geo, real[geo.file].read_bytes())
-    for e in D.registry()["wikitext2"].files:  # the canonical sources are plain text
+    for e in S.registry()["wikitext2"].files:  # the canonical sources are plain text
         _serve(http_sources, e, gzip.decompress(real[e.file].read_bytes()))
-    with pytest.raises(D.FetchError) as e:
-        D.fetch_data(["geoquery"], mirror="none", progress=False)
+    with pytest.raises(S.FetchError) as e:
+        S.fetch_data(["geoquery"], mirror="none", progress=False)
     assert "geoquery/geo_funql_test.tsv: HTTP error 404" in str(e.value)  # not served
-    assert "geo_funql_train.tsv:" not in str(e.value) and D.is_verified(geo)
-    D.fetch_data(["wikitext2"], mirror="none", progress=False)  # stored gzipped, checked by content hash
+    assert "geo_funql_train.tsv:" not in str(e.value) and S.is_verified(geo)
+    S.fetch_data(["wikitext2"], mirror="none", progress=False)  # stored gzipped, checked by content hash
     assert D.sha256_file(wt.cached, decompress=True) == wt.sha256_uncompressed
 
 
@@ -116,20 +117,20 @@ def test_download_falls_back_to_alt_source(real, http_sources):
     "passivization train: the primary is not served, the fork's CRLF gzip is (as in its repository)."
     dev = _entry("passivization/passiv_en_nps.dev")
     train = _entry("passivization/passiv_en_nps.train")
-    for e in D.registry()["passivization"].files:
+    for e in S.registry()["passivization"].files:
         if e.file != train.file:
             _serve(http_sources, e, real[e.file].read_bytes())
     crlf = real[train.file].read_bytes().replace(b"\n", b"\r\n")
     _serve(http_sources, train, gzip.compress(crlf, compresslevel=1), **train.alt)
-    paths = D.fetch_data(["passivization"], mirror="none", progress=False)
-    assert D.sha256_file(paths[train.file]) == train.sha256 and D.is_verified(dev)
+    paths = S.fetch_data(["passivization"], mirror="none", progress=False)
+    assert D.sha256_file(paths[train.file]) == train.sha256 and S.is_verified(dev)
 
 
 def test_wikiextractor_rebuild_reproduces_the_valid_split(real, http_sources):
     "The real enwiki valid docs written back as WikiExtractor parts rebuild to the registered content hash."
     entry = _entry("pretrain/enwiki-2014/enwiki-2014.valid.jsonl.gz")
     docs = [json.loads(line) for line in gzip.open(real[entry.file], "rt", encoding="utf-8")]
-    parts = D.expand_parts(entry.parts)
+    parts = S.expand_parts(entry.parts)
     for i, part in enumerate(parts):
         chunk = docs[i * len(docs) // len(parts):(i + 1) * len(docs) // len(parts)]
         text = "".join(f'<doc id="{d["id"]}" url="{d["url"]}" title="{d["title"]}">\n{d["text"]}\n\n</doc>\n'
@@ -138,26 +139,26 @@ def test_wikiextractor_rebuild_reproduces_the_valid_split(real, http_sources):
             text += '<doc id="1" url="http://en.wikipedia.org/wiki?curid=1" title="Stub">\nStub\n\n</doc>\n'
         _serve(http_sources, entry, text.encode("utf-8"), path=part)
     dest = http_sources / "rebuilt.jsonl.gz"
-    D._build_wikiextractor_jsonl(entry, dest, progress=False)
+    S._build_wikiextractor_jsonl(entry, dest, progress=False)
     assert D.sha256_file(dest, decompress=True) == entry.sha256_uncompressed
 
 
 # --- pretraining text -----------------------------------------------------------------------------------
 
 def test_pretraining_texts_counts():
-    assert sum(1 for _ in D.pretraining_texts("enwiki", "valid")) == 3306
-    assert sum(1 for _ in D.pretraining_texts("c4_sample")) == 1000
-    assert len(list(D.pretraining_texts("wikitext2", "test"))) > 50
-    assert len(list(D.pretraining_texts("enwiki", "train", limit=5))) == 5
+    assert sum(1 for _ in S.pretraining_texts("enwiki", "valid")) == 3306
+    assert sum(1 for _ in S.pretraining_texts("c4_sample")) == 1000
+    assert len(list(S.pretraining_texts("wikitext2", "test"))) > 50
+    assert len(list(S.pretraining_texts("enwiki", "train", limit=5))) == 5
     with pytest.raises(ValueError, match="split of wikitext2='train' is not one of"):
-        D.pretraining_texts("wikitext2", "train")
+        S.pretraining_texts("wikitext2", "train")
 
 
 def test_c4_offline_error_suggests_enwiki(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     t0 = time.time()
     with pytest.raises(RuntimeError, match=r"pretrain on the enwiki-2014 corpus instead: DataConfig\(corpus='enwiki'\)"):
-        next(D.pretraining_texts("c4", "train"))
+        next(S.pretraining_texts("c4", "train"))
     assert time.time() - t0 < 5
 
 
@@ -191,7 +192,7 @@ def _interrupted(docs, after):
 
 @pytest.mark.parametrize("workers", [1, 2])
 def test_pack_resumes(tok, tmp_path, workers):
-    docs = list(D.pretraining_texts("enwiki", "valid", limit=120))
+    docs = list(S.pretraining_texts("enwiki", "valid", limit=120))
     ref = D.read_tokens(D.pack_tokens(docs, tok, tmp_path / "ref.bin", shard_docs=20, workers=1, progress=False))
     assert ref.dtype == np.uint16 and int((ref == tok.eos_id).sum()) == 120
     assert tok.decode(ref[:ref.tolist().index(tok.eos_id)]) == docs[0]
@@ -220,7 +221,7 @@ def test_token_dtype():
 
 @pytest.fixture(scope="module")
 def blocks(tok, tmp_path_factory):
-    path = D.pack_tokens(D.pretraining_texts("c4_sample", limit=200), tok,
+    path = D.pack_tokens(S.pretraining_texts("c4_sample", limit=200), tok,
                          tmp_path_factory.mktemp("blocks") / "c4.bin", workers=1, progress=False)
     return path
 
@@ -261,6 +262,6 @@ def test_cli_data(capsys):
     assert D.cli_data(["--only", "cogs,geoquery"]) == 0
     assert "6 files verified" in capsys.readouterr().out
     assert D.cli_data(["--only", "cogz"]) == 2
-    assert capsys.readouterr().err == "depthnb data: error: unknown dataset 'cogz'; datasets: " + ", ".join(D.registry()) + "\n"
+    assert capsys.readouterr().err == "depthnb data: error: unknown dataset 'cogz'; datasets: " + ", ".join(S.registry()) + "\n"
     assert D.cli_data(["--list"]) == 0
     assert "allenai/c4" in capsys.readouterr().out

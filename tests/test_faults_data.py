@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from depthnb import data as D
+from depthnb import sources as S
 from test_data import SMALL
 
 CFG = replace(SMALL, max_train_docs=100, eval_sets=())  # the training array only: 100 articles
@@ -21,14 +22,14 @@ GEO = ("geoquery/geo_funql_train.tsv", "geoquery/geo_funql_test.tsv")
 @pytest.fixture(scope="module")
 def source():
     "The session cache's verified files and SMALL tokenizer (fetched and trained once)."
-    return {f: D.data_path(f) for f in (TRAIN, *GEO)}, D.train_tokenizer(SMALL, log=None)
+    return {f: S.data_path(f) for f in (TRAIN, *GEO)}, D.train_tokenizer(SMALL, log=None)
 
 
 @pytest.fixture
 def scratch(source, tmp_path, monkeypatch):
     "A scratch cache: the training corpus linked in, the geoquery files and the SMALL tokenizer copied in."
     raw, tok = source
-    stamps = D.cache_dir() / "raw" / ".verified.json"  # which files were verified, by size and mtime
+    stamps = S.cache_dir() / "raw" / ".verified.json"  # which files were verified, by size and mtime
     cache = tmp_path / "cache"
     for file, path in raw.items():
         dest = cache / "raw" / file
@@ -109,7 +110,7 @@ def test_corrupted_fetched_file_is_fetched_again(scratch, tmp_path, monkeypatch,
     (mirror / GEO[1]).parent.mkdir(parents=True)
     (mirror / GEO[1]).write_bytes(good)
     monkeypatch.setenv("DEPTHNB_DATA_MIRROR", str(mirror))
-    assert D.data_path(GEO[1]).read_bytes() == good
+    assert S.data_path(GEO[1]).read_bytes() == good
     assert re.fullmatch(rf"depthnb: {re.escape(str(geo))} does not match the registry \(checksum mismatch: expected "
                         r"sha256 cfe0dea5\w+, got \w+\); fetching it again\n", capsys.readouterr().err)
 
@@ -119,7 +120,7 @@ def test_unrebuildable_cache_names_file_and_remedy(scratch, capsys):
     path, _ = _prepared()
     _flip(path, at=0)
     (scratch / "raw" / TRAIN).unlink()
-    with pytest.raises(D.FetchError) as e:
+    with pytest.raises(S.FetchError) as e:
         _prepared()
     msg = str(e.value)
     assert "\n" not in msg and msg.startswith("1 of 1 files failed (from mirror ")
@@ -131,7 +132,7 @@ def test_moved_cache_is_found_without_rebuilding(scratch, source, tmp_path, monk
     "A cache copied to a new root (new mtimes, the old root deleted) is re-hashed once, not rebuilt or fetched."
     _, tok = source
     path, ref = _prepared()
-    D.fetch_data(["geoquery"], progress=False)
+    S.fetch_data(["geoquery"], progress=False)
     moved = tmp_path / "moved" / "cache"
     shutil.copytree(scratch, moved, symlinks=True, copy_function=shutil.copy)  # shutil.copy: new mtimes
     shutil.rmtree(scratch)
@@ -146,7 +147,7 @@ def test_moved_cache_is_found_without_rebuilding(scratch, source, tmp_path, monk
     assert meta["tokenizer_path"] == f"tokenizers/{tok.path.parent.name}/spm.model" and (moved / meta["tokenizer_path"]).exists()
     assert meta["record"]["file"] == new.name and meta["record"]["mtime_ns"] == new.stat().st_mtime_ns  # refreshed
     status = []
-    assert D.fetch_data(["geoquery"], progress=False, log=status.append) == {f: moved / "raw" / f for f in GEO}
+    assert S.fetch_data(["geoquery"], progress=False, log=status.append) == {f: moved / "raw" / f for f in GEO}
     assert status == [f"{f}: cached, sha256 verified" for f in GEO]  # re-hashed; the mirror does not even exist
     # a tokenizer path recorded (absolute, as fine-tuning runs do) by a checkout that has moved
     gone = tmp_path / "old-checkout" / "data" / "cache" / "tokenizers" / tok.path.parent.name / "spm.model"

@@ -7,7 +7,7 @@ import os
 import datasets
 import pytest
 
-from depthnb import data as D
+from depthnb import sources as S
 from depthnb import tasks as T
 from depthnb.cli import main
 from depthnb.finetune import evaluate_run
@@ -26,10 +26,10 @@ def workdir(tmp_path_factory):
     root = tmp_path_factory.mktemp("byob")
     folder = root / "cogs_mine"  # train: the real COGS dev split; gen: every 70th line of the real gen split
     folder.mkdir()
-    (folder / "train.tsv").write_bytes(D.data_path("cogs/dev.tsv").read_bytes())
-    gen = D.data_path("cogs/gen.tsv").read_text().split("\n")[:-1]
+    (folder / "train.tsv").write_bytes(S.data_path("cogs/dev.tsv").read_bytes())
+    gen = S.data_path("cogs/gen.tsv").read_text().split("\n")[:-1]
     (folder / "gen.tsv").write_text("\n".join(gen[::70]) + "\n")
-    rows = T.read_tsv(D.data_path("cogs/test.tsv"))
+    rows = T.read_tsv(S.data_path("cogs/test.tsv"))
     def split(part):
         return datasets.Dataset.from_dict({"sentence": [r[0] for r in part], "lf": [r[1] for r in part]})
 

@@ -6,6 +6,7 @@ from collections import Counter
 import pytest
 
 from depthnb import data as D
+from depthnb import sources as S
 from depthnb import tasks as T
 from depthnb.config import DataConfig
 
@@ -106,7 +107,7 @@ def test_load_task_rejects_unknown():
 
 @pytest.fixture
 def cogs_dev():
-    return D.data_path("cogs/dev.tsv")
+    return S.data_path("cogs/dev.tsv")
 
 
 def test_wrong_column_count(tmp_path, cogs_dev):
@@ -116,7 +117,7 @@ def test_wrong_column_count(tmp_path, cogs_dev):
     with pytest.raises(T.TaskFormatError, match=r"dev.tsv:42: expected 3 tab-separated columns \(input, target, "
                                                 r"category\) as on line 1, found 2"):
         T.load_tsv_task({"dev": tmp_path / "dev.tsv"})
-    geo = D.data_path("geoquery/geo_funql_train.tsv").read_text().split("\n")
+    geo = S.data_path("geoquery/geo_funql_train.tsv").read_text().split("\n")
     geo[9] += "\textra\tcolumns"
     (tmp_path / "geo.tsv").write_text("\n".join(geo))
     with pytest.raises(T.TaskFormatError, match=r"geo.tsv:10: expected 2 tab-separated columns"):
@@ -151,7 +152,7 @@ def test_missing_file(tmp_path):
 
 
 def test_user_task_loads(tmp_path):
-    shutil.copy(D.data_path("passivization/passiv_en_nps.dev"), tmp_path / "dev.tsv")
+    shutil.copy(S.data_path("passivization/passiv_en_nps.dev"), tmp_path / "dev.tsv")
     dd = T.load_tsv_task([tmp_path / "dev.tsv"])
     assert len(dd["dev"]) == 1000 and set(dd["dev"]["category"]) == {"none"}
 
@@ -171,8 +172,8 @@ def passiv_folder(tmp_path):
     "A task folder made from real passivization files: train and gen, no dev."
     folder = tmp_path / "passiv_mine"
     folder.mkdir()
-    shutil.copy(D.data_path("passivization/passiv_en_nps.dev"), folder / "train.tsv")
-    lines = D.data_path("passivization/passiv_en_nps.gen").read_text().split("\n")
+    shutil.copy(S.data_path("passivization/passiv_en_nps.dev"), folder / "train.tsv")
+    lines = S.data_path("passivization/passiv_en_nps.gen").read_text().split("\n")
     (folder / "gen.tsv").write_text("\n".join(lines[:300]) + "\n")
     return folder
 
@@ -214,7 +215,7 @@ def test_task_names_that_are_refused(tmp_path):
 def test_hf_task_from_a_saved_dataset(tmp_path):
     "hf: on a local DatasetDict written by save_to_disk: no network; columns renamed; validation read as dev."
     import datasets
-    rows = T.read_tsv(D.data_path("cogs/test.tsv"))
+    rows = T.read_tsv(S.data_path("cogs/test.tsv"))
     cols = {"sentence": [r[0] for r in rows], "lf": [r[1] for r in rows], "kind": [r[2] for r in rows]}
     parts = {"train": slice(0, 2000), "validation": slice(2000, 2500), "test": slice(2500, 3000)}
     datasets.DatasetDict({k: datasets.Dataset.from_dict({c: v[s] for c, v in cols.items()})
@@ -239,7 +240,7 @@ def test_coverage_counts_unknown_characters(tok, tmp_path):
     # the 400-piece tokenizer spells FunQL's "_" in bytes: about 2% of GeoQuery's tokens
     assert cov.loc["test", "unknown_rate"] == pytest.approx(sum(p.startswith("<0x") for p in pieces) / len(pieces))
     assert cov.loc["test", "tokens"] == len(pieces) and cov.over_n_ctx.sum() == 0
-    rows = T.read_tsv(D.data_path("geoquery/geo_funql_test.tsv"))
+    rows = T.read_tsv(S.data_path("geoquery/geo_funql_test.tsv"))
     greek = "".join(f"{x.translate(str.maketrans('aeiou', 'αειου'))}\t{y}\n" for x, y in rows)
     (tmp_path / "greek.tsv").write_text(greek)
     cov = T.task_coverage(tok, T.load_tsv_task(tmp_path / "greek.tsv"), n_ctx=16, max_new_tokens=8)
