@@ -53,7 +53,7 @@ RESERVE_SECONDS = 20  # kept at the end of a call to pack $OUT
 MIN_SCIENCE_SECONDS = 60  # a resumable stage is started only with this much time left
 MAX_FAILURES = 2  # a stage that failed this often is not started again
 
-PEAK_FLOPS = 989e12  # H100 SXM / H200 dense bf16 (train.PEAK_FLOPS)
+PEAK_FLOPS = 989e12  # H100 SXM / H200 dense bf16 (devices.PEAK_FLOPS)
 PRETRAIN_MFU = 0.20  # assumed: eager bf16 at d_model 512 (the trainer's compiled runs may do better)
 FINETUNE_MFU = 0.05  # assumed: short task sequences, small batches, eager
 DECODE_STEP_SECONDS = 0.004  # assumed: one greedy KV-cache step of a batch of a 41M-class model, eager

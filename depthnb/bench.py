@@ -30,7 +30,9 @@ from .config import (CPU_CLASS, SIZE_CLASSES, TINY_CLASS, CommandParser, ModelCo
                             StackConfig, UsageError, choices)
 from .model import DecoderLM
 from .solver import model_config
-from .train import autocast, configure_backends, make_optimizer, mfu, peak_flops, train_step
+from .devices import autocast, configure_backends, mfu, peak_flops
+from .optim import make_optimizer
+from .train import train_step
 from .runs import read_metrics
 from .data import load_tokenizer
 from .tasks import load_task

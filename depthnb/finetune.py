@@ -24,8 +24,9 @@ from .data import load_tokenizer, train_tokenizer
 from .tasks import (HELD_OUT_SPLIT, TASKS, coverage_warnings, parse_task, task_coverage, task_dataset,
                            task_name)
 from .model import DecoderLM, generate_many
-from .train import (LoopHooks, LoopSchedule, Window, autocast, finished_run, job_lock, make_optimizer,
-                           maybe_compile, resolve_device, train_loop)
+from .devices import autocast, maybe_compile, resolve_device
+from .optim import make_optimizer
+from .train import LoopHooks, LoopSchedule, Window, finished_run, job_lock, train_loop
 from .runs import (atomic_write, finetune_run_dir, is_done, load_model, pretrain_run_dir, read_config,
                           source_run_dir)
 

@@ -22,7 +22,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .config import PrimitiveConfig
-from .train import make_optimizer
+from .optim import make_optimizer
 from .model import KVCache, generate_many
 
 # %% auto #0

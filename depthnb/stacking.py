@@ -23,7 +23,9 @@ from .runs import (atomic_write, is_done, json_lines, latest_checkpoint, mark_do
                           read_metrics, save_weights, stack_run_dir, write_or_check_config)
 from .schedules import stack_config, stage_depths, stage_schedule
 from .stack_results import measured_speedup
-from .train import finished_run, init_distributed, job_lock, make_optimizer, pretrain, resolve_device
+from .devices import init_distributed, resolve_device
+from .optim import make_optimizer
+from .train import finished_run, job_lock, pretrain
 
 # %% auto #0
 __all__ = ['Stage', 'stack_stages', 'stage_config', 'grow_state', 'stage_state', 'stack_train', 'stack_pretrain_config',

@@ -7,10 +7,8 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 import statistics
 import time
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -23,8 +21,11 @@ from tqdm.auto import tqdm
 
 from .config import (CommandParser, Preset, PretrainConfig, UsageError, add_family_args, config_diff,
                             family_from_args, get_preset, preset_size_class, resolve_size_class, to_dict)
+from .devices import (DistInfo, all_reduce_sum, autocast, configure_backends, init_distributed, maybe_compile, mfu,
+                             peak_flops, resolve_device)
 from .model import DecoderLM
-from .solver import flops_per_token, model_config
+from .optim import lr_at, make_optimizer, set_lr
+from .solver import model_config
 from .runs import (KEEP_CHECKPOINTS, MetricsLog, check_free_space, free_space, is_done,
                           latest_checkpoint, load_model, mark_done, pretrain_run_dir, read_done, rng_state,
                           run_lock, save_checkpoint, save_weights, set_rng_state, snapshot_steps, step_file,
@@ -33,121 +34,10 @@ from .data import prepare_pretraining
 
 
 # %% auto #0
-__all__ = ['PEAK_FLOPS', 'resolve_device', 'autocast', 'configure_backends', 'maybe_compile', 'peak_flops', 'mfu', 'lr_at',
-           'make_optimizer', 'set_lr', 'train_step', 'DistInfo', 'init_distributed', 'all_reduce_sum', 'lm_loss',
-           'NonFiniteLossError', 'check_finite', 'run_disk_need', 'job_lock', 'finished_run', 'LoopSchedule', 'Window',
-           'LoopHooks', 'resume', 'train_loop', 'pretrain_hooks', 'pretrain_record', 'pretrain_schedule', 'pretrain',
-           'pretrain_config', 'run_parallel', 'pretrain_job', 'step_latency', 'pretrain_selection', 'cli_pretrain']
-
-# %% ../nbs/05_train.ipynb #f43354f1
-def resolve_device(spec: str = "auto", local_rank: int = 0) -> torch.device:
-    "The device named by `spec` (\"auto\": CUDA if available); under `torchrun`, \"cuda\" means this rank's GPU."
-    if spec == "auto":
-        spec = "cuda" if torch.cuda.is_available() else "cpu"
-    device = torch.device(spec)
-    if device.type == "cuda":
-        if not torch.cuda.is_available():
-            raise RuntimeError(f"device={spec!r} was requested but CUDA is not available; use device='cpu'")
-        if device.index is None:
-            device = torch.device("cuda", local_rank)
-    return device
-
-
-def autocast(device: torch.device, bf16: bool):
-    "bfloat16 autocast on CUDA when `bf16`, otherwise a no-op context."
-    if device.type == "cuda" and bf16:
-        return torch.autocast("cuda", dtype=torch.bfloat16)
-    return contextlib.nullcontext()
-
-
-def configure_backends(device: torch.device, tf32: bool) -> None:
-    "Allow (or forbid) TF32 matmuls and convolutions on CUDA."
-    if device.type == "cuda":
-        torch.backends.cuda.matmul.allow_tf32 = tf32
-        torch.backends.cudnn.allow_tf32 = tf32
-
-
-_COMPILE_WORKS: dict[str, bool] = {}
-
-
-def maybe_compile(model: nn.Module, enabled: bool, device: torch.device, **kwargs) -> nn.Module:
-    "`torch.compile(model, **kwargs)` when `enabled` and compiling works on `device`'s type, else `model` (warned once)."
-    if not enabled:
-        return model
-    kind = torch.device(device).type
-    if kind not in _COMPILE_WORKS:  # on CPU, inductor needs a C++ compiler that a laptop may lack
-        try:
-            torch.compile(lambda t: t * 2)(torch.ones(2, device=device))
-            _COMPILE_WORKS[kind] = True
-        except Exception as e:
-            _COMPILE_WORKS[kind] = False
-            warnings.warn(f"torch.compile does not work on {kind} here ({type(e).__name__}: {str(e)[:200]}); "
-                          "training without it (set compile=False to silence this)")
-    return torch.compile(model, **kwargs) if _COMPILE_WORKS[kind] else model
-
-# %% ../nbs/05_train.ipynb #f284e4e4
-PEAK_FLOPS: dict[str, float] = {  # dense bf16, FLOP/s per device
-    "H100 PCIe": 756e12,
-    "H100": 989e12,  # SXM
-    "H200": 989e12,
-    "GH200": 989e12,
-    "A100": 312e12,
-    "L40S": 362e12,
-    "L4": 121e12,
-    "A10G": 70e12,
-}
-
-
-def peak_flops(device: torch.device | str) -> float | None:
-    "Dense bf16 peak FLOP/s of a CUDA device from `PEAK_FLOPS` (None on CPU or for an unknown GPU)."
-    device = torch.device(device)
-    if device.type != "cuda":
-        return None
-    name = torch.cuda.get_device_name(device)
-    return next((peak for key, peak in PEAK_FLOPS.items() if key in name), None)
-
-
-def mfu(tokens_per_s: float, model_cfg, n_ctx: int, peak: float | None, world: int = 1) -> float | None:
-    "Model FLOPs utilization of `world` devices processing `tokens_per_s` tokens per second."
-    if peak is None:
-        return None
-    return tokens_per_s * flops_per_token(model_cfg, n_ctx).train / (peak * world)
-
-# %% ../nbs/05_train.ipynb #8d107b31
-def lr_at(step: int, lr: float, steps: int, warmup_steps: int = 0, min_lr_ratio: float = 0.1) -> float:
-    "Learning rate for the update after `step` optimizer steps: linear warm-up, then cosine decay."
-    if step < warmup_steps:
-        return lr * (step + 1) / warmup_steps
-    progress = min(1.0, (step - warmup_steps) / max(1, steps - warmup_steps))
-    low = lr * min_lr_ratio
-    return low + 0.5 * (lr - low) * (1 + math.cos(math.pi * progress))
-
-# %% ../nbs/05_train.ipynb #5708561f
-def _param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
-    "Decay 2-D weights (linear layers, embeddings), not norm scales."
-    decay, keep = [], []
-    for name, p in model.named_parameters():
-        if p.requires_grad:
-            (decay if p.ndim >= 2 and "norm" not in name else keep).append(p)
-    return [dict(params=decay, weight_decay=weight_decay), dict(params=keep, weight_decay=0.0)]
-
-
-def make_optimizer(model: nn.Module, name: str = "adamw", lr: float = 1e-3, weight_decay: float = 0.0,
-                   betas: tuple[float, float] = (0.9, 0.95), fused: bool = False) -> torch.optim.Optimizer:
-    "AdamW (`fused` on CUDA) or AdaFactor over `model`'s parameters."
-    groups = _param_groups(model, weight_decay)
-    if name == "adamw":
-        on_cuda = next(model.parameters()).is_cuda
-        return torch.optim.AdamW(groups, lr=lr, betas=betas, fused=True if fused and on_cuda else None)
-    if name == "adafactor":
-        return torch.optim.Adafactor(groups, lr=lr)
-    raise ValueError(f"optimizer={name!r} is not one of ['adamw', 'adafactor']")
-
-
-def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
-    "Set the learning rate of every parameter group."
-    for group in optimizer.param_groups:
-        group["lr"] = lr
+__all__ = ['train_step', 'lm_loss', 'NonFiniteLossError', 'check_finite', 'run_disk_need', 'job_lock', 'finished_run',
+           'LoopSchedule', 'Window', 'LoopHooks', 'resume', 'train_loop', 'pretrain_hooks', 'pretrain_record',
+           'pretrain_schedule', 'pretrain', 'pretrain_config', 'run_parallel', 'pretrain_job', 'step_latency',
+           'pretrain_selection', 'cli_pretrain']
 
 # %% ../nbs/05_train.ipynb #23cc9133
 def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, micro_batches: list[tuple[torch.Tensor, torch.Tensor]],
@@ -171,39 +61,6 @@ def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, micro_batches
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     return loss, grad_norm
-
-# %% ../nbs/05_train.ipynb #fdd5a89d
-@dataclass(frozen=True)
-class DistInfo:
-    "This process's place in a data-parallel job."
-    rank: int = 0
-    world: int = 1
-    local_rank: int = 0
-
-    @property
-    def main(self) -> bool:
-        return self.rank == 0
-
-
-def init_distributed(device: str = "auto") -> DistInfo:
-    "Join the `torchrun` process group (gloo on CPU, NCCL on CUDA) if launched by it; else a 1-process `DistInfo`."
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world <= 1:
-        return DistInfo()
-    rank, local_rank = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
-    if not dist.is_initialized():
-        use_cuda = device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
-        if use_cuda:
-            torch.cuda.set_device(local_rank)
-        dist.init_process_group(backend="nccl" if use_cuda else "gloo")
-    return DistInfo(rank=rank, world=world, local_rank=local_rank)
-
-
-def all_reduce_sum(t: torch.Tensor, info: DistInfo) -> torch.Tensor:
-    "Sum of `t` over all ranks (`t` itself in a 1-process job)."
-    if info.world > 1:
-        dist.all_reduce(t, op=dist.ReduceOp.SUM)
-    return t
 
 # %% ../nbs/05_train.ipynb #2c57c7e3
 @torch.no_grad()

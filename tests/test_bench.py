@@ -9,7 +9,7 @@ from depthnb.bench import BenchConfig, bench_model_config, cli_bench, summarize
 from depthnb.config import ModelConfig
 from depthnb.model import CAUSAL, DecoderLM, FlexMask, attention_mask_bias, flex_mask, layer_mask
 from depthnb.solver import flops_per_token
-from depthnb.train import PEAK_FLOPS
+from depthnb.devices import PEAK_FLOPS
 
 SMALL = ModelConfig(d_model=48, d_attn=48, n_heads=4, d_ff=64, n_layers=2, n_vocab=101, n_ctx=64)
 
@@ -153,7 +153,9 @@ def test_flex_training_matches_sdpa_on_cuda(d_attn, n_heads):
 
 @pytest.mark.gpu
 def test_compiled_flex_trains_in_bf16_on_cuda():
-    from depthnb.train import autocast, make_optimizer, train_step
+    from depthnb.devices import autocast
+    from depthnb.optim import make_optimizer
+    from depthnb.train import train_step
     torch.manual_seed(0)
     cfg = replace(SMALL, d_model=128, d_attn=128, n_heads=4, n_ctx=256, n_vocab=512)
     dev = torch.device("cuda")

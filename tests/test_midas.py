@@ -294,7 +294,7 @@ from depthnb.config import StackConfig, load_preset, override  # noqa: E402
 from depthnb.stack_results import measured_speedup  # noqa: E402
 from depthnb.stacking import cli_stack, stack_job, stack_pretrain_config, stack_stages, stack_train  # noqa: E402
 from depthnb.runs import is_done, latest_checkpoint, load_model, read_metrics, stack_run_dir  # noqa: E402
-from depthnb.train import lr_at  # noqa: E402
+from depthnb.optim import lr_at  # noqa: E402
 
 STACK_SCRIPT = Path(__file__).parent / "_stack_script.py"
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
