@@ -162,8 +162,11 @@ def attend(q, k, v, mask) -> torch.Tensor:
 
 # %% ../nbs/02_model.ipynb #5c0a9e22
 def project(module: nn.Module, names: tuple[str, ...], x: torch.Tensor) -> list[torch.Tensor]:
-    "`x` through the bias-free linear layers `names` of `module`; without autograd, as one matrix product."
-    if torch.is_grad_enabled() or torch.compiler.is_compiling():
+    "`x` through the bias-free linear layers `names` of `module`: one matrix product, except in eager training."
+    if torch.compiler.is_compiling():
+        weights = [getattr(module, n).weight for n in names]
+        return F.linear(x, torch.cat(weights)).split([w.shape[0] for w in weights], dim=-1)
+    if torch.is_grad_enabled():
         return [getattr(module, n)(x) for n in names]
     # straight from the dicts: nn.Module's attribute fallback costs more than a decoding step's matrix product
     weights = [module._modules[n]._parameters["weight"] for n in names]
@@ -361,7 +364,7 @@ def forward(self: DecoderLM, idx: torch.Tensor, targets: torch.Tensor | None = N
     logits = self.lm_head(self.norm(x))
     if targets is None:
         return logits, None
-    if logits.device.type == "cpu":
+    if logits.device.type == "cpu" and not torch.compiler.is_compiling():
         loss = cross_entropy(logits.float().flatten(0, 1), targets.flatten())
     else:
         loss = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), ignore_index=-100)

@@ -130,6 +130,24 @@ def test_flex_forward_matches_sdpa_on_cpu(compiles, opts):
         torch.testing.assert_close(flex, model(idx)[0], atol=1e-4, rtol=1e-4)  # model(): SDPA on the CPU
 
 
+def test_compiled_training_matches_eager_on_cpu(compiles):
+    # compiled, the projections run as one product and the loss is F.cross_entropy (nbs/02_model): same values
+    torch.manual_seed(0)
+    model = DecoderLM(replace(SMALL, n_ctx=64))
+    torch.nn.init.normal_(model.rel_bias.table.weight, std=1.0)
+    idx = torch.randint(0, SMALL.n_vocab, (2, 64))
+    targets = idx.clone()
+    targets[:, :8] = -100  # positions that do not count, as in fine-tuning
+    results = []
+    for forward in (model, torch.compile(model)):
+        loss = forward(idx, targets=targets)[1]
+        results.append((loss, torch.autograd.grad(loss, list(model.parameters()))))
+    (eager, eager_grads), (compiled, compiled_grads) = results
+    torch.testing.assert_close(compiled, eager, atol=1e-5, rtol=1e-5)
+    for (name, _), g, r in zip(model.named_parameters(), compiled_grads, eager_grads):
+        torch.testing.assert_close(g, r, atol=1e-6, rtol=1e-4, msg=lambda m: f"{name}: {m}")
+
+
 # ---- CUDA (skipped without a GPU) -------------------------------------------------------------------------------
 
 @pytest.mark.gpu
