@@ -169,6 +169,7 @@ class PrimitiveConfig:
     shots: int = 5
     n_eval: int = 1000  # examples per task for 5-shot evaluation and for the FT holdout
     ft_examples_per_depth: int = 32
+    ft_batch_size: int | None = None  # examples per step (None: all of them, the paper's full-batch fine-tuning)
     ft_steps: int = 300
     ft_lr: float = 1e-3
     ft_eval_from: int = 200  # average holdout accuracy over steps [ft_eval_from, ft_steps]

@@ -14,7 +14,7 @@ import string
 import time
 from collections import Counter
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Iterable, Iterator
 
 import pandas as pd
 import torch
@@ -32,7 +32,7 @@ __all__ = ['PRIMITIVE_TASKS', 'LETTERS', 'COPY_SEQ_LEN', 'COPY_SUB_LEN', 'N_VARS
            'extract_answer', 'score_primitive', 'table6_paper', 'holdout_set', 'finetune_set', 'output_layer',
            'LastPositionHead', 'answer_ids', 'complete', 'evaluate_task', 'answer_candidates', 'candidate_logprobs',
            'choose_answers', 'table6_rows', 'evaluate_primitives', 'table6', 'ft_eval_steps', 'ft_tensors',
-           'answer_loss', 'finetune_primitives', 'ft_summary', 'table7']
+           'answer_loss', 'minibatches', 'finetune_primitives', 'ft_summary', 'table7']
 
 # %% ../nbs/04_primitives.ipynb #bf9e1641
 @dataclass(frozen=True)
@@ -484,24 +484,42 @@ def answer_loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Ten
     return F.cross_entropy(head(hidden[keep]).float(), y[keep])
 
 # %% ../nbs/04_primitives.ipynb #b992d71e
+def minibatches(n: int, batch_size: int | None, seed: int) -> Iterator[torch.Tensor]:
+    "Row indices of each step: all `n` rows (`batch_size` None), or a seeded reshuffle per pass over them."
+    if batch_size is None:
+        while True:
+            yield torch.arange(n)
+    if not 1 <= batch_size <= n:
+        raise ValueError(f"PrimitiveConfig.ft_batch_size={batch_size} must be in [1, {n}] (the fine-tuning examples)")
+    g = torch.Generator().manual_seed(seed)
+    while True:
+        order = torch.randperm(n, generator=g)
+        for start in range(0, n - batch_size + 1, batch_size):
+            yield order[start:start + batch_size]
+
+
 def finetune_primitives(model: nn.Module, tokenizer, cfg: PrimitiveConfig, seed: int, *, optimizer: str = "adamw",
                         betas: tuple[float, float] = (0.9, 0.95), weight_decay: float = 0.0, grad_clip: float = 1.0,
                         batch_size: int = 64, log=None) -> pd.DataFrame:
-    "Appendix B.2 for one seed: full-batch, constant-LR fine-tuning of a copy of `model`; the evaluation log."
+    """Appendix B.2 for one seed: full-batch (or `cfg.ft_batch_size`), constant-LR fine-tuning of a copy of `model`;
+    the evaluation log (the fine-tuning examples are scored too, at most `cfg.n_eval` per task)."""
 
     evals = set(ft_eval_steps(cfg))
     model = copy.deepcopy(model).train()
     device = next(model.parameters()).device
     train = finetune_set(seed, cfg.ft_examples_per_depth, cfg.n_eval)
     x, y = (t.to(device) for t in ft_tensors(tokenizer, train))
-    splits = {task: {"holdout": holdout_set(task, cfg.n_eval), "train": [e for e in train if e["task"] == task]}
+    splits = {task: {"holdout": holdout_set(task, cfg.n_eval),
+                     "train": [e for e in train if e["task"] == task][:cfg.n_eval]}
               for task in FT_TASKS}
     budget = max(len(answer_ids(tokenizer, e["prompt"], e["target"]))
                  for sets in splits.values() for exs in sets.values() for e in exs) + 2
     opt = make_optimizer(model, optimizer, cfg.ft_lr, weight_decay, betas)
     rows, t0 = [], time.perf_counter()
+    batches = minibatches(len(x), cfg.ft_batch_size, seed)
     for step in range(1, cfg.ft_steps + 1):
-        loss = answer_loss(model, x, y)
+        rows_of_step = next(batches)
+        loss = answer_loss(model, x[rows_of_step], y[rows_of_step])
         loss.backward()
         nn.utils.clip_grad_norm_(model.parameters(), grad_clip if grad_clip > 0 else float("inf"))
         opt.step()

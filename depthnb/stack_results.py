@@ -5,6 +5,7 @@
 # %% ../nbs/06c_stack_results.ipynb #4d7e2a90
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -98,9 +99,10 @@ def _result_cache(path: Path | str, task: str, n: int, shots: int, seed: int) ->
     return run_dir / "primitives" / stem / f"{task}.k{shots}.n{n}.s{seed}.json"
 
 
-def _ft_cache(path: Path | str, seed: int) -> Path:
+def _ft_cache(path: Path | str, cfg: PrimitiveConfig, seed: int) -> Path:
     run_dir, _, stem = _weights(path)
-    return run_dir / "primitives" / stem / f"ft.s{seed}.json"
+    key = hashlib.sha256(json.dumps(to_dict(cfg), sort_keys=True).encode()).hexdigest()[:8]
+    return run_dir / "primitives" / stem / f"ft.s{seed}.{key}.json"
 
 
 def cached_result(path: Path | str, task: str, n: int, shots: int, seed: int, choice: bool = True) -> dict | None:
@@ -131,7 +133,7 @@ def primitive_results(path: Path | str, tasks, n: int, shots: int = 5, seed: int
 def primitive_ft_results(path: Path | str, cfg: PrimitiveConfig, seed: int) -> list[dict]:
     "The Appendix B.2 fine-tuning log (rows) of the weights at `path` for `seed`, cached in the run."
     run_dir, weights, stem = _weights(path)
-    cache = _ft_cache(path, seed)
+    cache = _ft_cache(path, cfg, seed)
     if cache.exists():
         stored = json.loads(cache.read_text())
         if stored["config"] == to_dict(cfg) and all("choice_accuracy" in r for r in stored["rows"]):
@@ -173,8 +175,8 @@ def primitive_table(items: list[dict], tasks, n: int, shots: int = 5, seed: int 
 def primitive_ft_table(items: list[dict], cfg: PrimitiveConfig, workers: int = 1) -> pd.DataFrame:
     "Fine-tuning logs of each item (`path` plus labels) for every seed of `cfg.ft_seeds`, in `workers` processes."
     jobs = [dict(path=str(it["path"]), cfg=cfg, seed=s) for it in items for s in cfg.ft_seeds]
-    cached = lambda job: (_ft_cache(job["path"], job["seed"]).exists() and
-                          json.loads(_ft_cache(job["path"], job["seed"]).read_text())["config"] == to_dict(cfg))
+    cached = lambda job: (_ft_cache(job["path"], cfg, job["seed"]).exists() and
+                          json.loads(_ft_cache(job["path"], cfg, job["seed"]).read_text())["config"] == to_dict(cfg))
     results = _run_missing(_primitive_ft_job, jobs, cached, workers)
     labels = [{k: v for k, v in it.items() if k != "path"} for it in items for _ in cfg.ft_seeds]
     return pd.concat([pd.DataFrame(rows).assign(**lab) for lab, rows in zip(labels, results)], ignore_index=True)
