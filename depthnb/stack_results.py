@@ -175,8 +175,7 @@ def primitive_table(items: list[dict], tasks, n: int, shots: int = 5, seed: int 
 def primitive_ft_table(items: list[dict], cfg: PrimitiveConfig, workers: int = 1) -> pd.DataFrame:
     "Fine-tuning logs of each item (`path` plus labels) for every seed of `cfg.ft_seeds`, in `workers` processes."
     jobs = [dict(path=str(it["path"]), cfg=cfg, seed=s) for it in items for s in cfg.ft_seeds]
-    cached = lambda job: (_ft_cache(job["path"], cfg, job["seed"]).exists() and
-                          json.loads(_ft_cache(job["path"], cfg, job["seed"]).read_text())["config"] == to_dict(cfg))
+    cached = lambda job: _ft_cache(job["path"], cfg, job["seed"]).exists()  # the name carries the config's hash
     results = _run_missing(_primitive_ft_job, jobs, cached, workers)
     labels = [{k: v for k, v in it.items() if k != "path"} for it in items for _ in cfg.ft_seeds]
     return pd.concat([pd.DataFrame(rows).assign(**lab) for lab, rows in zip(labels, results)], ignore_index=True)
