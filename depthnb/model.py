@@ -346,8 +346,9 @@ def cross_entropy(logits: torch.Tensor, targets: torch.Tensor, ignore_index: int
 @patch
 def forward(self: DecoderLM, idx: torch.Tensor, targets: torch.Tensor | None = None,
              attention_mask: torch.Tensor | None = None, cache: KVCache | None = None):
-    """Logits (b, t, n_vocab) and, if `targets` is given, the mean cross-entropy (ignore_index -100).
-    With a `cache`, `attention_mask` is read at the first call (the prompt); later positions are real tokens."""
+    """Logits (b, t, n_vocab) and, if `targets` is given, the mean cross-entropy (ignore_index -100); the logits
+    then come back detached, for reading: the gradient flows through the loss. With a `cache`, `attention_mask`
+    is read at the first call (the prompt); later positions are real tokens."""
     start, t = (cache.length if cache is not None else 0), idx.shape[1]
     q_pos = torch.arange(start, start + t, device=idx.device)
     x = self.embed(idx)
@@ -368,7 +369,8 @@ def forward(self: DecoderLM, idx: torch.Tensor, targets: torch.Tensor | None = N
         loss = cross_entropy(logits.float().flatten(0, 1), targets.flatten())
     else:
         loss = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), ignore_index=-100)
-    return logits, loss
+    # a compiled graph's output that needs a gradient gets one in every backward: a zero-filled (b, t, n_vocab) tensor
+    return logits.detach(), loss
 
 # %% ../nbs/02_model.ipynb #baa600a8
 def extra_params(cfg: ModelConfig) -> int:
