@@ -20,10 +20,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
 import pandas as pd
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from scipy import stats
 
 import depthnb
 from .config import (CPU_CLASS, SIZE_CLASSES, TINY_CLASS, CommandParser, ModelConfig, PretrainConfig,
@@ -44,10 +46,11 @@ from .stacking import stack_train
 __all__ = ['ATTN_VARIANTS', 'PRESET_CLASSES', 'CPU_COMPILE_MIN_STEPS', 'RESULTS_HEADER', 'PAPER_BATCH', 'CPU_DEFAULTS',
            'RefAttention', 'RefBlock', 'ReferenceLM', 'BenchConfig', 'bench_model_config', 'tensor_bytes',
            'timed_segment', 'alternate', 'contender_names', 'random_batches', 'TrainContender', 'make_train_contender',
-           'bench_training', 'decode_setup', 'bench_decoding', 'profile_ops', 'summarize', 'environment', 'BenchResult',
-           'run_bench', 'format_summary', 'format_result', 'record', 'paper_batch', 'memory_check', 'cogs_lengths',
-           'cogs_batches', 'cogs_decode_batch', 'bench_cogs', 'RandomTokens', 'bench_pretrain_config', 'stagewise_run',
-           'bench_midas', 'bench_config_from_args', 'bench_selection', 'cli_bench']
+           'bench_training', 'decode_setup', 'bench_decoding', 'profile_ops', 'paired_ratio', 'summarize',
+           'environment', 'BenchResult', 'run_bench', 'format_summary', 'format_result', 'record', 'paper_batch',
+           'memory_check', 'cogs_lengths', 'cogs_batches', 'cogs_decode_batch', 'bench_cogs', 'RandomTokens',
+           'bench_pretrain_config', 'stagewise_run', 'bench_midas', 'bench_config_from_args', 'bench_selection',
+           'cli_bench']
 
 # %% ../nbs/11_bench.ipynb #a508d9ec
 class RefAttention(nn.Module):
@@ -381,9 +384,21 @@ def profile_ops(bc: BenchConfig, part: str = "train", steps: int = 3, top: int =
     return pd.concat([table.head(top), total.to_frame().T]).rename_axis(f"{part}: ms per step")
 
 # %% ../nbs/11_bench.ipynb #5af66bb3
+def paired_ratio(rows: pd.DataFrame, name: str, level: float = 0.95) -> tuple[float, float]:
+    "Student-t `level` interval of reference seconds ÷ `name` seconds over the rounds of `rows` (on the log scale)."
+    wide = rows.pivot(index="round", columns="name", values="seconds")
+    logs = np.log(wide["reference"] / wide[name]).dropna()
+    if len(logs) < 2:
+        return float("nan"), float("nan")
+    if logs.nunique() == 1:  # the same ratio in every round (scipy would warn of a zero variance)
+        return (float(np.exp(logs.iloc[0])),) * 2
+    lo, hi = stats.ttest_1samp(logs, 0.0).confidence_interval(level)
+    return float(np.exp(lo)), float(np.exp(hi))
+
+
 def summarize(bc: BenchConfig, train: pd.DataFrame, decode: pd.DataFrame, info: dict | None = None,
               peak: float | None = None) -> pd.DataFrame:
-    "One row per contender: medians over rounds and ratios to the reference."
+    "One row per contender: medians over rounds, ratios to the reference and their paired 95% intervals."
     names = list(dict.fromkeys(train.get("name", [])))
     names += [n for n in dict.fromkeys(decode.get("name", [])) if not any(m.split("[")[0] == n for m in names)]
     rows = []
@@ -405,6 +420,11 @@ def summarize(bc: BenchConfig, train: pd.DataFrame, decode: pd.DataFrame, info: 
         for col in ("tokens_per_s", "decode_tokens_per_s"):
             if col in table:
                 table[col.replace("tokens_per_s", "ratio")] = table[col] / table.loc["reference", col]
+        for col, measured in (("ratio", train), ("decode_ratio", decode)):
+            if col in table:
+                bounds = [paired_ratio(measured, n if col == "ratio" else n.split("[")[0]) if n != "reference"
+                          else (float("nan"),) * 2 for n in table.index]
+                table[f"{col}_lo"], table[f"{col}_hi"] = zip(*bounds)
     return table
 
 # %% ../nbs/11_bench.ipynb #45b08fe7
@@ -494,13 +514,17 @@ def _fmt(x, digits=3) -> str:
 
 
 def format_summary(summary: pd.DataFrame) -> str:
-    "The summary as a Markdown table (MFU in %, memory in GB)."
+    "The summary as a Markdown table (MFU in %, memory in GB, each ratio's paired interval as lo–hi)."
     if summary.empty:
         return "(no training or decoding measured)"
     t = summary.copy()
     if "mfu" in t:
         t["mfu"] = [None if v is None or v != v else 100 * v for v in t["mfu"]]
         t = t.rename(columns={"mfu": "mfu_%"})
+    for col in ("ratio", "decode_ratio"):
+        if f"{col}_lo" in t:
+            t.insert(t.columns.get_loc(col) + 1, f"{col}_95%", [
+                "–" if lo != lo else f"{lo:.3f}–{hi:.3f}" for lo, hi in zip(t.pop(f"{col}_lo"), t.pop(f"{col}_hi"))])
     return t.map(_fmt).to_markdown()
 
 
@@ -557,7 +581,8 @@ RESULTS_HEADER = """# Benchmark results
 
 Appended by `depthnb bench --record` (see `benchmarks/README.md`); never edited by hand.
 Each section is one run: its command, machine, software, shapes and measured numbers.
-`ratio` = depthnb tokens/s ÷ reference tokens/s measured in the same process (alternating rounds).
+`ratio` = depthnb tokens/s ÷ reference tokens/s measured in the same process (alternating rounds);
+`ratio_95%`: its 95% interval over the rounds' paired ratios (Student-t on the log scale; from stop 28 on).
 """
 
 
