@@ -32,12 +32,13 @@ except ImportError:  # Windows: no cross-process locking
 
 
 # %% auto #0
-__all__ = ['KEEP_CHECKPOINTS', 'pretrain_run_dir', 'finetune_run_dir', 'stack_run_name', 'stack_run_dir', 'CheckpointError',
-           'DiskFullError', 'free_space', 'check_free_space', 'sha256_file', 'atomic_write', 'atomic_write_text',
-           'file_lock', 'save_verified', 'load_verified', 'rng_state', 'set_rng_state', 'ConfigMismatchError',
-           'write_or_check_config', 'read_config', 'MetricsLog', 'json_lines', 'read_metrics', 'mark_done', 'is_done',
-           'read_done', 'step_file', 'snapshot_steps', 'save_checkpoint', 'latest_checkpoint', 'save_weights',
-           'model_from_state', 'load_model', 'source_run_dir', 'RunInUseError', 'run_lock']
+__all__ = ['KEEP_CHECKPOINTS', 'pretrain_run_dir', 'finetune_run_dir', 'stack_run_name', 'stack_run_dir',
+           'stack_finetune_run_dir', 'CheckpointError', 'DiskFullError', 'free_space', 'check_free_space',
+           'sha256_file', 'atomic_write', 'atomic_write_text', 'file_lock', 'save_verified', 'load_verified',
+           'rng_state', 'set_rng_state', 'ConfigMismatchError', 'write_or_check_config', 'read_config', 'MetricsLog',
+           'json_lines', 'read_metrics', 'mark_done', 'is_done', 'read_done', 'step_file', 'snapshot_steps',
+           'save_checkpoint', 'latest_checkpoint', 'save_weights', 'model_from_state', 'load_model', 'source_run_dir',
+           'RunInUseError', 'run_lock']
 
 # %% ../nbs/02a_runs.ipynb #1dc9a379
 def pretrain_run_dir(preset: Preset | str, size_class, n_layers: int, seed: int = 0) -> Path:
@@ -64,6 +65,13 @@ def stack_run_dir(preset: Preset | str, method: str, seed: int = 0) -> Path:
     "`<runs_dir>/<preset>/stack/<stack_run_name>`."
     p = get_preset(preset)
     return Path(p.runs_dir) / p.name / "stack" / stack_run_name(method, method_stack(p, method), p.stack_layers, seed)
+
+
+def stack_finetune_run_dir(preset: Preset | str, method: str, task: str, seed: int = 0, stack_seed: int = 0) -> Path:
+    "`<runs_dir>/<preset>/stack_finetune/<stack run name>/<task>` (`_ft<seed>` for fine-tuning seeds other than 0)."
+    p = get_preset(preset)
+    name = stack_run_name(method, method_stack(p, method), p.stack_layers, stack_seed)
+    return Path(p.runs_dir) / p.name / "stack_finetune" / name / (task if seed == 0 else f"{task}_ft{seed}")
 
 # %% ../nbs/02a_runs.ipynb #e5472125
 class CheckpointError(RuntimeError):

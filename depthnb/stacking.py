@@ -11,25 +11,25 @@ import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+import pandas as pd
 import torch
 import torch.distributed as dist
 
 from .config import (STACK_RUNS, CommandParser, Preset, PretrainConfig, StackConfig, UsageError, choices,
-                            get_preset, int_list, method_stack, preset_from_args, to_dict)
+                            config_diff, from_dict, get_preset, int_list, method_stack, preset_from_args, to_dict)
 from .data import prepare_pretraining
 from .growth import grow
 from .model import DecoderLM
-from .runs import (atomic_write, is_done, json_lines, latest_checkpoint, mark_done, read_done,
+from .runs import (atomic_write, is_done, json_lines, latest_checkpoint, mark_done, read_config, read_done,
                           read_metrics, save_weights, stack_run_dir, write_or_check_config)
-from .schedules import stack_config, stage_depths, stage_schedule
-from .stack_results import measured_speedup
+from .schedules import speedup, stack_config, stage_depths, stage_schedule
 from .devices import init_distributed, resolve_device
 from .optim import make_optimizer
 from .train import finished_run, job_lock, pretrain
 
 # %% auto #0
 __all__ = ['Stage', 'stack_stages', 'stage_config', 'grow_state', 'stage_state', 'stack_train', 'stack_pretrain_config',
-           'stack_job', 'cli_stack']
+           'stack_job', 'read_stack_run', 'measured_speedup', 'cli_stack']
 
 # %% ../nbs/06b_stacking.ipynb #09bc05bc
 @dataclass(frozen=True)
@@ -193,6 +193,36 @@ def stack_job(preset: Preset | str, method: str, seed: int = 0) -> str:
     stack_train(stack_pretrain_config(preset, seed, looped=method == "looped"), method_stack(preset, method), run_dir,
                 progress=False, log=_quiet)
     return str(run_dir)
+
+# %% ../nbs/06b_stacking.ipynb #28ed67d6
+def read_stack_run(run_dir: Path | str) -> tuple[PretrainConfig, StackConfig, pd.DataFrame]:
+    "The final model's config, the `StackConfig` and the stage records of a finished stacking run."
+    rec = read_config(run_dir)
+    if rec.get("kind") != "stack":
+        raise ValueError(f"{run_dir} is a {rec.get('kind')!r} run, not a stacking run (kind 'stack')")
+    if not is_done(run_dir):
+        raise RuntimeError(f"{run_dir} has not finished (no DONE marker)")
+    return from_dict(PretrainConfig, rec["config"]), from_dict(StackConfig, rec["stack"]), read_metrics(run_dir, "stage")
+
+
+def measured_speedup(baseline_dir: Path | str, stacked_dir: Path | str) -> dict:
+    "Wall-clock, step-time and FLOP speedups of a finished stacked run over its finished baseline."
+    cb, sb, tb = read_stack_run(baseline_dir)
+    cs, ss, ts = read_stack_run(stacked_dir)
+    diff = [d for d in config_diff(to_dict(cb), to_dict(cs)) if not d.startswith("model.share_layers")]
+    if diff or sb.method != "baseline":
+        raise ValueError(f"measured_speedup: {baseline_dir} is not the baseline of {stacked_dir}: "
+                         f"{'; '.join(diff) or 'its method is ' + sb.method}")
+    op = "baseline" if cs.model.share_layers else ss.method
+    L = cs.model.n_layers
+    kw = dict(n_layers=L, block_size=ss.block_size, alpha=ss.alpha, kind=ss.schedule, op=op, total_steps=cs.steps)
+    flop = speedup(**kw, flops="full", cfg=cs.model, n_ctx=cs.model.n_ctx)
+    wall = tb.wall_s.sum() / ts.wall_s.sum()
+    return dict(method="looped" if cs.model.share_layers else ss.method, n_layers=L, block_size=ss.block_size,
+                schedule=f"{ss.schedule}-{ss.alpha:g}", stages=len(ts), flop_speedup_layers=speedup(**kw),
+                flop_speedup=flop, wall_speedup=wall, step_time_speedup=tb.train_s.sum() / ts.train_s.sum(),
+                efficiency=wall / flop, baseline_wall_s=tb.wall_s.sum(), stacked_wall_s=ts.wall_s.sum(),
+                grow_s=ts.grow_s.sum(), resumed=bool(tb.resumed.any() or ts.resumed.any()))
 
 # %% ../nbs/06b_stacking.ipynb #9c175d32
 def cli_stack(argv: list[str] | None = None) -> int:
