@@ -34,8 +34,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # the checkout's depthnb, also where it is not installed (the device)
 
-from depthnb.config import (CommandParser, UsageError, load_preset, preset_depths, STACK_METHODS,  # noqa: E402
-                            preset_from_args, preset_size_class, resolve_size_class)
+from depthnb.commands import CommandParser, UsageError, preset_from_args  # noqa: E402
+from depthnb.config import STACK_METHODS  # noqa: E402
+from depthnb.presets import load_preset, preset_depths, preset_size_class, resolve_size_class  # noqa: E402
 from depthnb.data import meta_path, prepare_pretraining  # noqa: E402
 from depthnb.sources import cache_dir, data_path, registry  # noqa: E402
 from depthnb.schedules import speedup, stack_config  # noqa: E402
@@ -613,7 +614,7 @@ def cmd_assemble(args) -> int:
               for s in STAGES]
     (dest / "gpu_plan" / "PLAN_STATUS.md").write_text("\n".join(lines) + "\n")
     if args.report:
-        from depthnb.cli import reproduce  # here, not at the top: the device runs this file before its wheels are in
+        from depthnb.reproduce import reproduce  # here, not at the top: the device runs this file before its wheels are in
 
         with tempfile.TemporaryDirectory() as tmp:
             reproduce(plan["preset"], only=["report"], overrides=plan["overrides"], runs_dir=tmp,

@@ -28,8 +28,9 @@ import torch.nn.functional as F
 from scipy import stats
 
 import depthnb
-from .config import (CPU_CLASS, SIZE_CLASSES, TINY_CLASS, CommandParser, ModelConfig, PretrainConfig,
-                            StackConfig, UsageError, choices)
+from .presets import CPU_CLASS, SIZE_CLASSES, TINY_CLASS
+from .commands import CommandParser, UsageError, choices
+from .config import ModelConfig, PretrainConfig, StackConfig
 from .model import DecoderLM
 from .solver import model_config
 from .devices import autocast, configure_backends, mfu, peak_flops

@@ -5,26 +5,19 @@
 # %% ../nbs/10_cli.ipynb #ce8bb8b5
 from __future__ import annotations
 
-import hashlib
-import json
 import sys
-import time
-from pathlib import Path
 
-from .config import (EXPERIMENTS, CommandParser, Experiment, UsageError, choices, load_preset,
-                            preset_from_args, repo_root)
+from .commands import CommandParser, UsageError, choices, preset_from_args
+from .reproduce import EXPERIMENTS, ExperimentFailed, reproduce
 
 from .bench import cli_bench
 from .data import cli_data
 from .finetune import check_tasks, cli_evaluate, cli_finetune
 from .stacking import cli_stack
 from .train import cli_pretrain
-from .runs import atomic_write_text, run_lock
-
 
 # %% auto #0
-__all__ = ['SUBCOMMANDS', 'KERNEL_QUIET', 'main', 'experiments_dir', 'experiment_order', 'done_marker', 'ExperimentFailed',
-           'reproduce', 'cli_reproduce']
+__all__ = ['SUBCOMMANDS', 'main', 'cli_reproduce']
 
 # %% ../nbs/10_cli.ipynb #e44d1408
 SUBCOMMANDS: dict[str, tuple] = {  # name: (function, one-line help)
@@ -52,86 +45,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"depthnb: error: unknown command {name!r}; commands: {', '.join(SUBCOMMANDS)}", file=sys.stderr)
         return 2
     return SUBCOMMANDS[name][0](rest) or 0
-
-# %% ../nbs/10_cli.ipynb #243d3736
-def experiments_dir() -> Path:
-    "`nbs/experiments/` of the checkout depthnb is installed from (`pip install -e .`)."
-    folder = repo_root() / "nbs" / "experiments"
-    if not folder.is_dir():
-        raise FileNotFoundError(f"no {folder}: run reproduce from a depthnb checkout installed with "
-                                "`pip install -e .`")
-    return folder
-
-
-def experiment_order(only: list[str] | None = None) -> list[Experiment]:
-    "The experiments to run, in dependency order; `only` selects by name (dependencies are not added), else all but the optional ones."
-    names = [e.name for e in EXPERIMENTS]
-    unknown = sorted(set(only or []) - set(names))
-    if unknown:
-        raise KeyError(f"unknown experiments {unknown}; valid: {', '.join(names)}")
-    return [e for e in EXPERIMENTS if e.name in only] if only else [e for e in EXPERIMENTS if not e.optional]
-
-
-def done_marker(source: Path, parameters: dict, upstream: dict[str, dict]) -> dict:
-    "What a finished experiment records: its source's hash, its parameters, the markers of what it reads."
-    return {"source_sha256": hashlib.sha256(source.read_bytes()).hexdigest(), "parameters": parameters,
-            "upstream": upstream}
-
-# %% ../nbs/10_cli.ipynb #7c7e6715
-# The kernel's own log (a TCP-transport warning at start, a KeyboardInterrupt at shutdown) reads like a failure;
-# a real failure is raised from the executed notebook, with its traceback, by papermill.
-KERNEL_QUIET = ["--IPKernelApp.log_level=CRITICAL"]
-
-
-class ExperimentFailed(RuntimeError):
-    "An experiment notebook raised; the message names the notebook and the failing cell."
-
-
-def reproduce(preset: str = "tiny", only: list[str] | None = None, seeds: int | None = None,
-              overrides: dict | None = None, runs_dir: str | Path | None = None,
-              figures_dir: str | Path | None = None, log=print) -> list[Path]:
-    "Run the experiment notebooks of `preset` in order with papermill; returns the executed notebooks."
-    import papermill as pm
-    from papermill.exceptions import PapermillExecutionError
-
-    p = load_preset(preset, **(overrides or {}))
-    sources = experiments_dir()
-    runs = Path(runs_dir or repo_root() / p.runs_dir) / p.name
-    figures = Path(figures_dir or repo_root() / p.figures_dir)
-    out_dir = runs / "notebooks"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    parameters = dict(preset=preset, overrides=overrides or {}, seeds=seeds, runs_dir=str(runs.parent),
-                      figures_dir=str(figures))
-    with run_lock(runs):  # a second `reproduce` of this preset is refused while this one runs
-        todo = experiment_order(only)
-        markers = {e.name: out_dir / f"{e.name}.done.json" for e in EXPERIMENTS}
-        executed, t_all = [], time.time()
-        for i, exp in enumerate(todo, 1):
-            source, target, marker = sources / f"{exp.name}.ipynb", out_dir / f"{exp.name}.ipynb", markers[exp.name]
-            upstream = {a: json.loads(markers[a].read_text()) if markers[a].exists() else None for a in exp.after}
-            expected = done_marker(source, parameters, upstream)
-            if marker.exists() and json.loads(marker.read_text()) == expected:
-                log(f"[{i}/{len(todo)}] {exp.name}: done already ({target})")
-                executed.append(target)
-                continue
-            log(f"[{i}/{len(todo)}] {exp.name}: {exp.title} ...")
-            t0 = time.time()
-            try:
-                pm.execute_notebook(str(source), str(target), parameters=parameters, cwd=str(source.parent),
-                                    kernel_name="python3", progress_bar=False, log_output=False,
-                                    extra_arguments=KERNEL_QUIET)
-            except PapermillExecutionError as e:
-                tb = "\n".join(e.traceback) if isinstance(e.traceback, list) else str(e.traceback)
-                raise ExperimentFailed(f"experiment {exp.name!r} failed in cell {e.cell_index} "
-                                       f"(execution count {e.exec_count}): {e.ename}: {e.evalue}\n"
-                                       f"executed copy: {target}\n{tb}") from None
-            atomic_write_text(marker, json.dumps(expected, indent=1))
-            executed.append(target)
-            log(f"[{i}/{len(todo)}] {exp.name}: finished in {time.time() - t0:.0f} s "
-                f"({time.time() - t_all:.0f} s in all)")
-    log(f"{len(todo)} experiments of preset {p.name!r} done in {time.time() - t_all:.0f} s; "
-        f"figures in {figures / p.name}, runs in {runs}, report in {figures / p.name / 'REPORT.md'}")
-    return executed
 
 # %% ../nbs/10_cli.ipynb #a4c73a70
 def cli_reproduce(argv: list[str] | None = None) -> int:

@@ -5,24 +5,17 @@
 # %% ../nbs/00_config.ipynb #d7dce9b2
 from __future__ import annotations
 
-import argparse
 import ast
 import dataclasses
 import json
-import sys
 import typing
 from dataclasses import dataclass, field, fields, is_dataclass, replace
-from pathlib import Path
 from typing import Any
 
 # %% auto #0
-__all__ = ['SIZE_CLASSES', 'TINY_CLASS', 'CPU_CLASS', 'CPU_STACK_CLASS', 'PRESETS', 'STACK_METHODS', 'STACK_RUNS',
-           'SIZE_CLASS_FIELDS', 'EXPERIMENTS', 'ModelConfig', 'check_choice', 'check_range', 'DataConfig',
-           'PretrainConfig', 'FinetuneConfig', 'StackConfig', 'PrimitiveConfig', 'SizeClass', 'resolve_size_class',
-           'Preset', 'field_names', 'parse_value', 'override', 'to_dict', 'from_dict', 'config_diff', 'load_preset',
-           'get_preset', 'preset_size_class', 'preset_depths', 'method_stack', 'UsageError', 'add_preset_args',
-           'preset_from_args', 'add_family_args', 'family_from_args', 'int_list', 'choices', 'CommandParser',
-           'repo_root', 'experiment_preset', 'Experiment']
+__all__ = ['STACK_METHODS', 'STACK_RUNS', 'ModelConfig', 'check_choice', 'check_range', 'DataConfig', 'PretrainConfig',
+           'FinetuneConfig', 'check_block_size', 'StackConfig', 'PrimitiveConfig', 'SizeClass', 'Preset', 'field_names',
+           'parse_value', 'override', 'to_dict', 'from_dict', 'config_diff']
 
 # %% ../nbs/00_config.ipynb #d3b67e83
 @dataclass
@@ -148,19 +141,30 @@ class FinetuneConfig:
         check_range("FinetuneConfig.batch_size", self.batch_size, lo=1)
 
 # %% ../nbs/00_config.ipynb #1602646a
+STACK_METHODS = ("baseline", "gradstack", "midas", "progressive")  # the growth operators of `growth`, and none
+STACK_RUNS = (*STACK_METHODS, "looped")  # the runs of a stacking study; looped: the baseline's schedule with shared layers
+
+
+def check_block_size(block_size, n_layers: int | None = None, name: str = "block_size") -> None:
+    "Raise `ValueError` unless `block_size` is a positive integer (that divides `n_layers`, when given)."
+    if block_size is None or block_size < 1 or (n_layers is not None and n_layers % block_size):
+        what = f"a positive divisor of n_layers={n_layers}" if n_layers is not None else "a positive integer"
+        raise ValueError(f"{name}={block_size!r} must be {what}")
+
+
 @dataclass
 class StackConfig:
     "Gradual stacking: the growth operator and the stage schedule."
-    method: str = "midas"  # "baseline", "gradstack", "midas", "progressive"
+    method: str = "midas"  # one of STACK_METHODS
     block_size: int = 4
     schedule: str = "prop"  # "prop" (T_i ∝ i^alpha), "uniform", "exponential"
     alpha: float = 1.0
     reset_optimizer: bool = False  # copy optimizer state to grown layers (False) or start it fresh
 
     def __post_init__(self):
-        check_choice("StackConfig.method", self.method, ("baseline", "gradstack", "midas", "progressive"))
+        check_choice("StackConfig.method", self.method, STACK_METHODS)
         check_choice("StackConfig.schedule", self.schedule, ("prop", "uniform", "exponential"))
-        check_range("StackConfig.block_size", self.block_size, lo=1)
+        check_block_size(self.block_size, name="StackConfig.block_size")
 
 # %% ../nbs/00_config.ipynb #4f4bca57
 @dataclass
@@ -188,29 +192,6 @@ class SizeClass:
     d_ff: int  # feed-forward width of the baseline model
     n_vocab: int = 32128
     depths: tuple[int, ...] = ()  # the depths trained in the paper (or chosen for a custom class)
-
-
-SIZE_CLASSES: dict[str, SizeClass] = {
-    "41M": SizeClass("41M", d_model=512, d_attn=512, n_heads=8, n_layers=2, d_ff=2048,
-                     depths=(1, 2, 3, 4, 5, 6, 7)),
-    "134M": SizeClass("134M", d_model=768, d_attn=768, n_heads=8, n_layers=12, d_ff=2048,
-                      depths=(1, 2, 4, 6, 8, 12, 16, 21, 26, 32)),
-    "374M": SizeClass("374M", d_model=1024, d_attn=1024, n_heads=64, n_layers=24, d_ff=2816,
-                      depths=(1, 2, 4, 6, 8, 12, 16, 24, 32)),
-}
-
-# %% ../nbs/00_config.ipynb #6a86089c
-def resolve_size_class(spec) -> SizeClass:
-    "A `SizeClass` from a `SizeClass`, a name in `SIZE_CLASSES`, or a dict of fields."
-    if isinstance(spec, SizeClass):
-        return spec
-    if isinstance(spec, str):
-        if spec not in SIZE_CLASSES:
-            raise KeyError(f"unknown size class {spec!r}; valid: {', '.join(SIZE_CLASSES)} (or a dict of SizeClass fields)")
-        return SIZE_CLASSES[spec]
-    if isinstance(spec, dict):
-        return SizeClass(**{**spec, "depths": tuple(spec.get("depths", ()))})
-    raise TypeError(f"cannot make a SizeClass from {type(spec).__name__}")
 
 # %% ../nbs/00_config.ipynb #7b10d597
 @dataclass
@@ -339,322 +320,3 @@ def config_diff(a: dict, b: dict, prefix: str = "", new_fields_ok: bool = False)
         elif va != vb:
             out.append(f"{prefix}{key}: {va!r} != {vb!r}")
     return out
-
-# %% ../nbs/00_config.ipynb #5f3592b6
-TINY_CLASS = dict(name="tiny", d_model=64, d_attn=64, n_heads=4, n_layers=2, d_ff=256, n_vocab=2048,
-                  depths=(1, 2, 3, 4, 6))
-CPU_CLASS = dict(name="cpu", d_model=128, d_attn=128, n_heads=4, n_layers=2, d_ff=640, n_vocab=2048,
-                 depths=(1, 2, 3, 4, 6))
-CPU_STACK_CLASS = dict(CPU_CLASS, name="cpu_stack", n_layers=4, d_ff=320, depths=(4,))
-
-PRESETS: dict[str, Preset] = {
-    "tiny": Preset(
-        name="tiny",
-        description="CPU smoke scale: every experiment, table and figure in minutes; numbers are noise-level.",
-        hardware="2 CPU cores",
-        size_classes=(TINY_CLASS,),
-        seeds=(0, 1),
-        pretrain=PretrainConfig(model=ModelConfig(n_ctx=128, n_vocab=2048),
-                                data=DataConfig(corpus="enwiki", max_train_docs=5_000, vocab_size=2048,
-                                                tokenizer_docs=2_000),
-                                steps=160, batch_size=16, lr=3e-3, warmup_steps=16, eval_every=40,
-                                eval_sequences=32, log_every=10, ckpt_every=80, n_snapshots=6, device="cpu",
-                                compile=False),
-        finetune=FinetuneConfig(steps=80, batch_size=16, lr=1e-3, warmup_steps=8, eval_every=20,
-                                eval_examples=100, n_snapshots=4, gen_limit=200, max_new_tokens=160,
-                                device="cpu"),
-        stack=StackConfig(method="midas", block_size=1, schedule="prop", alpha=1.0),
-        stack_layers=4,
-        stack_size_class=TINY_CLASS,
-        primitives=PrimitiveConfig(n_eval=50, ft_steps=40, ft_eval_from=30, ft_eval_every=5, ft_seeds=(0, 1)),
-        finetune_seeds=1,
-        workers=2,
-        device="cpu",
-    ),
-    "cpu": Preset(
-        name="cpu",
-        description="Science on 2 CPU cores in under 2 hours: a 1.2M-parameter depth family with two seeds, each model "
-                    "fine-tuned until it fits COGS-vf, GeoQuery and passivization (sized by experiments/cpu_sizing).",
-        hardware="2 CPU cores",
-        size_classes=(CPU_CLASS,),
-        seeds=(0, 1),
-        tasks=("cogs_vf", "geoquery", "passivization"),
-        pretrain=PretrainConfig(model=ModelConfig(n_ctx=128, n_vocab=2048),
-                                data=DataConfig(corpus="enwiki", max_train_docs=10_000, vocab_size=2048,
-                                                tokenizer_docs=2_000),
-                                steps=1200, batch_size=16, lr=3e-3, warmup_steps=100, eval_every=200,
-                                eval_sequences=64, log_every=50, ckpt_every=400, n_snapshots=12,
-                                snapshot_spacing="linear", device="cpu", compile=False),
-        finetune=FinetuneConfig(steps=800, batch_size=32, lr=2e-3, warmup_steps=50, eval_every=200,
-                                eval_examples=200, n_snapshots=4, gen_limit=400, max_new_tokens=160,
-                                device="cpu", compile=False),
-        task_steps={"cogs_vf": 2000, "geoquery": 1000, "passivization": 1600},
-        control_task="geoquery",
-        control_references=(6,),
-        stack=StackConfig(method="midas", block_size=1, schedule="prop", alpha=1.0),
-        stack_layers=4,
-        stack_size_class=CPU_STACK_CLASS,
-        primitives=PrimitiveConfig(n_eval=100, ft_steps=150, ft_eval_from=100, ft_eval_every=50, ft_seeds=(0, 1)),
-        workers=2,
-        device="cpu",
-    ),
-    "small": Preset(
-        name="small",
-        description="One H100/H200: the 41M family with its exact Table 2 shapes and a 12-layer MIDAS study.",
-        hardware="1x NVIDIA H100/H200",
-        size_classes=("41M",),
-        seeds=(0,),
-        pretrain=PretrainConfig(model=ModelConfig(n_ctx=512),
-                                data=DataConfig(corpus="enwiki", vocab_size=32128, tokenizer_docs=100_000),
-                                steps=4000, batch_size=64, lr=1e-3, warmup_steps=200, eval_every=500,
-                                eval_sequences=128, log_every=50, ckpt_every=500, n_snapshots=12),
-        finetune=FinetuneConfig(steps=2000, batch_size=128, lr=3e-4, warmup_steps=100, eval_every=200,
-                                eval_examples=500, n_snapshots=10),
-        stack=StackConfig(method="midas", block_size=3, schedule="prop", alpha=1.0),
-        stack_layers=12,
-        stack_size_class="41M",
-        device="cuda",
-    ),
-    "paper": Preset(
-        name="paper",
-        description="The papers' settings (C4, n_ctx 1024, batch 128, 1M steps, 10k fine-tuning steps), for a cluster.",
-        hardware="a GPU cluster (torchrun)",
-        size_classes=("41M", "134M", "374M"),
-        seeds=(0, 1, 2, 3, 4),
-        pretrain=PretrainConfig(model=ModelConfig(n_ctx=1024),
-                                data=DataConfig(corpus="c4", vocab_size=32128, tokenizer_docs=1_000_000),
-                                steps=1_000_000, batch_size=128, optimizer="adafactor", lr=1e-2,
-                                warmup_steps=10_000, eval_every=10_000, n_snapshots=20),
-        finetune=FinetuneConfig(steps=10_000, batch_size=128, optimizer="adafactor", lr=1e-3),
-        stack=StackConfig(method="midas", block_size=4, schedule="prop", alpha=2.0),
-        stack_layers=24,
-        stack_size_class="374M",
-        device="cuda",
-    ),
-}
-
-# %% ../nbs/00_config.ipynb #c355ab18
-PRESETS["gpu"] = replace(
-    PRESETS["small"],
-    name="gpu",
-    description="One 30-minute window on one H100/H200 (benchmarks/gpu_plan.py): the small preset's 41M family "
-                "and 12-layer MIDAS study at an eighth of its steps, eager, next to the GPU benchmarks.",
-    hardware="1x NVIDIA H100/H200, one 30-minute window",
-    pretrain=replace(PRESETS["small"].pretrain,
-                     data=replace(PRESETS["small"].pretrain.data, max_train_docs=50_000, tokenizer_docs=50_000),
-                     steps=500, warmup_steps=50, eval_every=125, eval_sequences=64, ckpt_every=100, n_snapshots=8,
-                     compile=False),
-    finetune=replace(PRESETS["small"].finetune, steps=300, batch_size=64, lr=1e-3, warmup_steps=30, eval_every=75,
-                     eval_examples=200, n_snapshots=4, gen_limit=500),
-    primitives=PrimitiveConfig(n_eval=100, ft_steps=100, ft_eval_from=60, ft_eval_every=20, ft_seeds=(0,)),
-    control_task="geoquery",
-    control_references=(7,),
-    workers=4,
-)
-
-# %% ../nbs/00_config.ipynb #4184010f
-def load_preset(name: str = "tiny", **overrides) -> Preset:
-    "The preset `name` with `overrides` applied (see `override`)."
-    if isinstance(name, Preset):
-        return override(name, **overrides)
-    if name not in PRESETS:
-        raise KeyError(f"unknown preset {name!r}; valid presets: {', '.join(PRESETS)}")
-    return override(PRESETS[name], **overrides)
-
-# %% ../nbs/00_config.ipynb #d4f4936c
-def get_preset(preset: Preset | str) -> Preset:
-    "A `Preset` given as itself or by name."
-    return preset if isinstance(preset, Preset) else load_preset(preset)
-
-
-def preset_size_class(preset: Preset | str, spec=None) -> SizeClass:
-    "The size class `spec` of `preset` (default: its first; a name is looked up in its classes, then `SIZE_CLASSES`)."
-    classes = [resolve_size_class(s) for s in get_preset(preset).size_classes]
-    if spec is None:
-        return classes[0]
-    for sc in classes:
-        if isinstance(spec, str) and sc.name == spec:
-            return sc
-    if isinstance(spec, str) and spec not in SIZE_CLASSES:
-        raise KeyError(f"unknown size class {spec!r}; preset {get_preset(preset).name!r} has "
-                       f"{', '.join(c.name for c in classes)} (and any of {', '.join(SIZE_CLASSES)})")
-    return resolve_size_class(spec)
-
-
-def preset_depths(preset: Preset | str, size_class=None) -> tuple[int, ...]:
-    "The depths a preset trains for `size_class` (its `depths` entry, else the class's own)."
-    sc = preset_size_class(preset, size_class)
-    return tuple(get_preset(preset).depths.get(sc.name, sc.depths))
-
-
-STACK_METHODS = ("baseline", "gradstack", "midas", "progressive")
-STACK_RUNS = (*STACK_METHODS, "looped")  # looped: the baseline's schedule with shared layers
-
-
-def method_stack(preset: Preset | str, method: str) -> StackConfig:
-    "The preset's `StackConfig` for one of `STACK_RUNS` (looped: the baseline)."
-    check_choice("method", method, STACK_RUNS)
-    return replace(get_preset(preset).stack, method="baseline" if method == "looped" else method)
-
-# %% ../nbs/00_config.ipynb #ede464f4
-class UsageError(ValueError):
-    "A bad command-line argument: one line `PROG: error: MESSAGE` and exit status 2, before anything is written."
-
-
-def add_preset_args(parser) -> None:
-    "Add `--preset` and repeatable `--set KEY=VALUE` to an argparse parser."
-    parser.add_argument("--preset", default="tiny", help=f"preset name ({', '.join(PRESETS)})")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="override a preset field, e.g. --set pretrain.steps=50 (repeatable)")
-
-
-SIZE_CLASS_FIELDS = ("d_model", "d_attn", "n_heads", "d_ff", "n_layers", "n_vocab")  # set per depth by the solver
-
-
-def preset_from_args(args) -> Preset:
-    "The preset named by parsed `--preset`/`--set` arguments; `UsageError` names the argument that is wrong."
-    if args.preset not in PRESETS:
-        raise UsageError(f"unknown preset {args.preset!r}; presets: {', '.join(PRESETS)}")
-    preset = PRESETS[args.preset]
-    for item in args.overrides:
-        key, sep, value = (s.strip() for s in item.partition("="))
-        if not sep:
-            raise UsageError(f"--set {item!r}: expected KEY=VALUE, e.g. --set pretrain.steps=50")
-        parts = key.replace("__", ".").split(".")
-        if parts[:2] == ["pretrain", "model"] and len(parts) == 3 and parts[2] in SIZE_CLASS_FIELDS:
-            sc = preset_size_class(preset)
-            raise UsageError(f"--set {item}: the solver sets pretrain.model.{parts[2]} from the size class "
-                             f"(preset {preset.name!r}, class {sc.name!r}: {parts[2]}={getattr(sc, parts[2], 'per depth')}); "
-                             "change the class instead, e.g. --set 'size_classes=[{...}]'")
-        try:
-            preset = override(preset, **{key: value})
-        except (ValueError, KeyError, TypeError) as e:
-            raise UsageError(f"--set {item}: {e.args[0] if e.args else e}") from None
-    return preset
-
-
-def add_family_args(parser) -> None:
-    "Add `--size-class`, `--layers` and `--seeds`: which runs of a preset's depth family a command works on."
-    parser.add_argument("--size-class", default=None, help="one of the preset's size classes (default: its first)")
-    parser.add_argument("--layers", default=None, help="comma-separated depths (default: all of the class)")
-    parser.add_argument("--seeds", default=None, help="comma-separated seeds (default: the preset's)")
-
-
-def family_from_args(args) -> tuple[Preset, SizeClass, tuple[int, ...], tuple[int, ...]]:
-    "(preset, size class, depths, seeds) that parsed preset and family arguments select; `UsageError` if one is bad."
-    preset = preset_from_args(args)
-    try:
-        sc = preset_size_class(preset, args.size_class)
-    except KeyError as e:
-        raise UsageError(f"--size-class {args.size_class}: {e.args[0]}") from None
-    return (preset, sc, int_list(args.layers, "--layers", preset_depths(preset, sc), lo=1),
-            int_list(args.seeds, "--seeds", preset.seeds))
-
-
-def int_list(text: str | None, option: str, default=(), lo: int = 0) -> tuple[int, ...]:
-    "A comma-separated list of integers ≥ `lo` given to `option` (`default` when not given)."
-    if not text:
-        return tuple(default)
-    try:
-        values = tuple(int(x) for x in text.split(","))
-    except ValueError:
-        raise UsageError(f"{option} {text}: expected comma-separated integers, e.g. {option} 1,2") from None
-    bad = [v for v in values if v < lo]
-    if bad:
-        raise UsageError(f"{option} {text}: {bad[0]} is out of range; allowed: integers ≥ {lo}")
-    return values
-
-
-def choices(text: str | None, what: str, allowed, default=()) -> tuple[str, ...]:
-    "Comma-separated names, each one of `allowed` (`default` when not given): `unknown task 'cogz'; tasks: ...`."
-    names = tuple(s for s in (text or "").split(",") if s) or tuple(default)
-    for name in names:
-        if name not in allowed:
-            raise UsageError(f"unknown {what} {name!r}; {what}s: {', '.join(allowed)}")
-    return names
-
-
-class CommandParser(argparse.ArgumentParser):
-    "argparse for a `depthnb` command: optional preset arguments, `--debug`, and every error as one line."
-    def __init__(self, prog: str, description: str, preset: bool = True, **kwargs):
-        super().__init__(prog=prog, description=description, **kwargs)
-        if preset:
-            add_preset_args(self)
-        self.add_argument("--debug", action="store_true", help="show the Python traceback of an error")
-
-    def error(self, message: str):
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
-
-    def run(self, command, argv: list[str] | None = None) -> int:
-        "Parse `argv` and return `command(args)`: a `UsageError` exits 2, any other error 1, each as one line."
-        args = self.parse_args(argv)
-        try:
-            return command(args) or 0
-        except Exception as e:
-            if args.debug:
-                raise
-            message = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
-            if not isinstance(e, (UsageError, OSError, RuntimeError, ValueError, KeyError)):
-                message = f"{type(e).__name__}: {message} (an internal error: please report it with --debug's output)"
-            print(f"{self.prog}: error: {message}", file=sys.stderr)
-            return 2 if isinstance(e, UsageError) else 1
-
-# %% ../nbs/00_config.ipynb #07dc4c4c
-def repo_root() -> Path:
-    "The depthnb checkout (the folder holding `settings.ini`) when installed with `pip install -e .`."
-    import depthnb
-
-    return Path(depthnb.__file__).resolve().parent.parent
-
-
-def experiment_preset(preset: str | Preset = "tiny", overrides: dict | None = None, seeds: int | None = None,
-                      runs_dir: str | None = None, figures_dir: str | None = None, device: str | None = None,
-                      size_classes=None, depths: dict | None = None, tasks=None) -> Preset:
-    "The preset an experiment notebook runs (`None` keeps the preset's value)."
-    p = load_preset(preset, **(overrides or {}))
-    changes: dict[str, Any] = {}
-    if seeds is not None:
-        changes["seeds"] = tuple(p.seeds[:seeds]) if seeds <= len(p.seeds) else tuple(range(seeds))
-    if device is not None:
-        changes.update({"device": device, "pretrain.device": device, "finetune.device": device})
-    for name, value in (("size_classes", size_classes), ("tasks", tasks)):
-        if value is not None:
-            changes[name] = tuple(value)
-    if depths is not None:
-        changes["depths"] = {k: tuple(v) for k, v in depths.items()}
-    root = repo_root()
-    changes["runs_dir"] = str(Path(runs_dir) if runs_dir else root / p.runs_dir)
-    changes["figures_dir"] = str(Path(figures_dir) if figures_dir else root / p.figures_dir)
-    return override(p, **changes)
-
-# %% ../nbs/00_config.ipynb #48448652
-@dataclass(frozen=True)
-class Experiment:
-    "One experiment notebook of `nbs/experiments/`."
-    name: str  # notebook stem
-    title: str
-    after: tuple[str, ...] = ()  # experiments whose runs this one reads
-    optional: bool = False  # run only when named in `only` (e.g. a preset's sizing study)
-
-
-EXPERIMENTS: list[Experiment] = [
-    Experiment("petty_shapes", "Petty Table 2 and Figure 1: the equal-parameter families"),
-    Experiment("petty_data", "Petty Table 1: datasets, tokenizer and token counts"),
-    Experiment("petty_pretrain", "Petty Figures 2-3: pretraining the depth families", ("petty_data",)),
-    Experiment("petty_finetune", "Petty Figures 4-5, Table 3: fine-tuning on the four tasks", ("petty_pretrain",)),
-    Experiment("petty_equal_ppl", "Petty Figure 6: the equal-perplexity control", ("petty_pretrain",)),
-    Experiment("petty_equal_loss", "Petty Figure 7: the equal in-distribution loss control", ("petty_pretrain",)),
-    Experiment("petty_latency", "Petty Figure 8: training latency vs depth"),
-    Experiment("petty_rank", "Petty Figure 9: rank of the feed-forward projections", ("petty_pretrain",)),
-    Experiment("midas_stacking", "Saunshi Table 1, Figures 2 and 4: MIDAS, GradStack, baseline, looped",
-               ("petty_data",)),
-    Experiment("midas_primitives", "Saunshi Tables 6-7: reasoning primitives, 5-shot and fine-tuned",
-               ("midas_stacking",)),
-    Experiment("midas_cogs", "Beyond the papers: does MIDAS help compositional generalization?",
-               ("midas_stacking",)),
-    Experiment("report", "Both papers: figure index, tables beside the papers', fidelity summary",
-               ("petty_shapes", "petty_data", "petty_finetune", "petty_equal_ppl", "petty_equal_loss",
-                "petty_latency", "petty_rank", "midas_primitives", "midas_cogs")),
-    Experiment("cpu_sizing", "Sizing the cpu preset: throughput eager vs compiled, learning curves per width and task",
-               optional=True),
-]

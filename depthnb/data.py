@@ -24,7 +24,8 @@ import sentencepiece as spm
 import torch
 from tqdm import tqdm
 
-from .config import CommandParser, DataConfig, check_range, choices, preset_from_args
+from .commands import CommandParser, choices, preset_from_args
+from .config import DataConfig, check_range
 from .runs import atomic_write_text, file_lock, sha256_file
 from .sources import (EVAL_SETS, cache_dir, corpus_inputs, default_mirror, fetch_data, notice, pretraining_texts,
                              registry)

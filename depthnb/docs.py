@@ -19,7 +19,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import nbformat
-from .config import EXPERIMENTS
+from .reproduce import EXPERIMENTS
 from .sitecheck import BROWSER_REQUIREMENTS, CHECKED_PAGES, check_site
 
 # %% auto #0

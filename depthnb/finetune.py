@@ -17,9 +17,10 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from .config import (CommandParser, DataConfig, FinetuneConfig, Preset, UsageError, add_family_args,
-                            family_from_args, from_dict, get_preset, preset_from_args,
-                            preset_size_class, to_dict)
+from .commands import (CommandParser, UsageError, add_family_args, family_from_args, preset_from_args,
+                              require_one_run, run_each)
+from .config import DataConfig, FinetuneConfig, Preset, from_dict, to_dict
+from .presets import get_preset, preset_size_class
 from .data import load_tokenizer, train_tokenizer
 from .tasks import (HELD_OUT_SPLIT, TASKS, coverage_warnings, parse_task, task_coverage, task_dataset,
                            task_name)
@@ -457,9 +458,7 @@ def finetune_selection(args) -> list[tuple[Path, str, int, int]]:
     tasks = check_tasks(args.tasks.split(",") if args.tasks else preset.tasks)  # before anything is written
     runs = [(finetune_run_dir(preset, sc, n, s, task_name(t)), t, n, s) for t in tasks for n in depths for s in seeds]
     if args.run_dir:
-        if len(runs) != 1:
-            raise UsageError(f"--run-dir needs exactly one run, but {len(runs)} were selected "
-                             "(use --tasks T --layers N --seeds S)")
+        require_one_run("--run-dir", len(runs), "use --tasks T --layers N --seeds S")
         runs = [(Path(args.run_dir),) + runs[0][1:]]
     return runs
 
@@ -474,8 +473,8 @@ def cli_finetune(argv: list[str] | None = None) -> int:
 
     def command(args) -> int:
         preset, runs = preset_from_args(args), finetune_selection(args)
-        if args.source and len(runs) != 1:
-            raise UsageError(f"--source needs exactly one run, but {len(runs)} were selected")
+        if args.source:
+            require_one_run("--source", len(runs))
         if args.source and not Path(args.source).exists():
             raise UsageError(f"--source {args.source}: no such run directory or weights file")
         sc = preset_size_class(preset, args.size_class)
@@ -487,18 +486,19 @@ def cli_finetune(argv: list[str] | None = None) -> int:
             fc = finetune_config(preset, 0, task)
             report_coverage(task, run_tokenizer(source_run_dir(source)), preset.pretrain.model.n_ctx, fc.max_new_tokens,
                             warn=lambda w: print(f"depthnb finetune: warning: {w}", file=sys.stderr))
-        for (run_dir, task, n, seed), source in zip(runs, sources):
-            if is_done(run_dir):
-                print(f"{run_dir}: fine-tuning finished already; nothing to do")
-            else:
-                if not args.source and not is_done(source):
-                    raise RuntimeError(f"{source}: the pretraining run has not finished (run `depthnb pretrain "
-                                       f"--preset {preset.name} --layers {n} --seeds {seed}` first)")
-                finetune_on(source, task, finetune_config(preset, seed, task), run_dir, progress=not args.no_progress)
+
+        def train(run_dir, task, n, seed, source):
+            if not args.source and not is_done(source):
+                raise RuntimeError(f"{source}: the pretraining run has not finished (run `depthnb pretrain "
+                                   f"--preset {preset.name} --layers {n} --seeds {seed}` first)")
+            finetune_on(source, task, finetune_config(preset, seed, task), run_dir, progress=not args.no_progress)
+
+        def report(run_dir, *_):
             if not args.no_eval:
                 res = evaluate_run(run_dir, progress=not args.no_progress)
                 print(f"{run_dir}: {res['split']} accuracy {res['accuracy']:.3f} (n={res['n']})" + by_category(res))
-        return 0
+        return run_each([(*run, source) for run, source in zip(runs, sources)], train, finished=is_done, report=report,
+                        note="fine-tuning finished already; nothing to do")
     return ap.run(command, argv)
 
 

@@ -13,6 +13,7 @@ from dataclasses import replace
 import torch
 import torch.nn as nn
 
+from .config import STACK_METHODS, check_block_size
 from .model import DecoderLM
 from .schedules import stage_depths
 
@@ -20,7 +21,7 @@ from .schedules import stage_depths
 __all__ = ['GROW_OPS', 'grow_layout', 'grow_model', 'grow_optimizer', 'grow', 'birth_stages']
 
 # %% ../nbs/06_growth.ipynb #353fb4d8
-GROW_OPS = ("midas", "gradstack", "progressive")
+GROW_OPS = tuple(m for m in STACK_METHODS if m != "baseline")  # gradstack, midas, progressive
 
 
 def grow_layout(n_layers: int, op: str, block_size: int | None = None) -> list[int]:
@@ -30,8 +31,7 @@ def grow_layout(n_layers: int, op: str, block_size: int | None = None) -> list[i
     layers = list(range(n_layers))
     if op == "progressive":  # the whole model is one block; block_size is not used
         return layers + layers
-    if block_size is None or block_size < 1 or n_layers % block_size:
-        raise ValueError(f"grow: block_size={block_size!r} must be a positive divisor of n_layers={n_layers} for op={op!r}")
+    check_block_size(block_size, n_layers, name=f"grow {op}: block_size")
     n = n_layers // block_size
     m = n if op == "gradstack" else math.ceil(n / 2)  # 1-based index of the block that is copied
     end = m * block_size

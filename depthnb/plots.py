@@ -22,7 +22,7 @@ from matplotlib.patches import Rectangle
 
 from .analysis import TASK_NAMES, accuracy_by_depth, latency_fit, relative_perplexity
 from .config import PrimitiveConfig
-from .growth import GROW_OPS, birth_stages, grow_layout
+from .growth import birth_stages, grow_layout
 from .primitives import PRIMITIVE_TASKS, TABLE7_PAPER, ft_summary
 from .runs import read_metrics
 
@@ -420,7 +420,7 @@ def _draw_stack(ax, x: float, sources: list[int], colors, copies=(), width: floa
                 bbox=dict(boxstyle="round,pad=0.25", fc=colors[s], ec="none") if j in copies else None)
 
 
-def plot_growth(n_layers: int = 6, block_size: int = 2, ops=GROW_OPS):
+def plot_growth(n_layers: int = 6, block_size: int = 2, ops=("midas", "gradstack", "progressive")):
     "One panel per operator: the parent's layers (left) and the grown model's (right), by provenance."
     set_style()
     colors = list(depth_palette(range(n_layers)).values())

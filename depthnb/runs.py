@@ -21,8 +21,9 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from .config import (ModelConfig, Preset, StackConfig, UsageError, config_diff, from_dict, get_preset,
-                            method_stack, preset_size_class, to_dict)
+from .config import ModelConfig, Preset, StackConfig, config_diff, from_dict, to_dict
+from .commands import UsageError
+from .presets import get_preset, method_stack, preset_size_class
 from .model import DecoderLM
 
 try:

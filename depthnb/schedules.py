@@ -11,7 +11,8 @@ from fractions import Fraction
 
 import pandas as pd
 
-from .config import STACK_METHODS, ModelConfig, resolve_size_class
+from .config import STACK_METHODS, ModelConfig, check_block_size
+from .presets import resolve_size_class
 from .solver import flops_per_token, model_config
 
 # %% auto #0
@@ -23,8 +24,7 @@ def stage_depths(n_layers: int, block_size: int, op: str = "midas") -> list[int]
     "Depth of each stage of a stagewise run that ends at `n_layers` (baseline: one stage)."
     if op == "baseline":
         return [n_layers]
-    if block_size < 1 or n_layers % block_size:
-        raise ValueError(f"block_size={block_size} must be a positive divisor of n_layers={n_layers}")
+    check_block_size(block_size, n_layers)
     n = n_layers // block_size
     if op == "progressive":
         if n & (n - 1):

@@ -12,7 +12,8 @@ from typing import NamedTuple
 
 import pandas as pd
 
-from .config import SIZE_CLASSES, ModelConfig, SizeClass, resolve_size_class
+from .presets import SIZE_CLASSES, resolve_size_class
+from .config import ModelConfig, SizeClass
 
 # %% auto #0
 __all__ = ['TABLE2_D_FF', 'layer_params', 'model_params', 'width_delta', 'max_depth', 'solve_d_ff', 'family', 'model_config',

@@ -21,7 +21,8 @@ from typing import Iterable, Iterator
 
 from tqdm import tqdm
 
-from .config import check_choice, repo_root
+from .config import check_choice
+from .presets import repo_root
 from .runs import atomic_write_text, sha256_file
 
 

@@ -15,8 +15,9 @@ import pandas as pd
 import torch
 import torch.distributed as dist
 
-from .config import (STACK_RUNS, CommandParser, Preset, PretrainConfig, StackConfig, UsageError, choices,
-                            config_diff, from_dict, get_preset, int_list, method_stack, preset_from_args, to_dict)
+from .config import STACK_RUNS, Preset, PretrainConfig, StackConfig, config_diff, from_dict, to_dict
+from .commands import CommandParser, choices, int_list, preset_from_args, require_one_run, run_each
+from .presets import get_preset, method_stack
 from .data import prepare_pretraining
 from .growth import grow
 from .model import DecoderLM
@@ -240,23 +241,21 @@ def cli_stack(argv: list[str] | None = None) -> int:
         preset = preset_from_args(args)
         methods = choices(args.method, "method", STACK_RUNS, default=(preset.stack.method,))
         jobs = [(m, s) for m in methods for s in int_list(args.seeds, "--seeds", preset.seeds[:1])]
-        if args.run_dir and len(jobs) != 1:
-            raise UsageError(f"--run-dir needs exactly one run, but {len(jobs)} were selected (use --method M --seeds S)")
-        runs = [(m, s, Path(args.run_dir) if args.run_dir else stack_run_dir(preset, m, s),
+        if args.run_dir:
+            require_one_run("--run-dir", len(jobs), "use --method M --seeds S")
+        runs = [(Path(args.run_dir) if args.run_dir else stack_run_dir(preset, m, s), m, s,
                  stack_pretrain_config(preset, s, looped=m == "looped"), method_stack(preset, m)) for m, s in jobs]
-        for *_, run_dir, config, stack in runs:  # a changed config is refused before anything trains
-            write_or_check_config(run_dir, _stack_record(config, stack), write=False)
-        for method, seed, run_dir, config, stack in runs:
-            if is_done(run_dir):
-                print(f"{run_dir}: already finished; nothing to do")
-            else:
-                stack_train(config, stack, run_dir, progress=not args.no_progress)
-                print(f"{run_dir}: done")
+
+        def report(run_dir, method, seed, config, stack):
             base = stack_run_dir(preset, "baseline", seed)
             if method != "baseline" and not args.run_dir and is_done(base):
                 m = measured_speedup(base, run_dir)
                 print(f"  speedup over {base.name}: wall-clock {m['wall_speedup']:.3f}x, step time "
                       f"{m['step_time_speedup']:.3f}x, FLOPs {m['flop_speedup']:.3f}x (layer count "
                       f"{m['flop_speedup_layers']:.3f}x)")
-        return 0
+        return run_each(runs, lambda run_dir, m, s, config, stack: stack_train(config, stack, run_dir,
+                                                                               progress=not args.no_progress),
+                        finished=is_done, report=report,
+                        check=lambda run_dir, m, s, config, stack: write_or_check_config(
+                            run_dir, _stack_record(config, stack), write=False))
     return ap.run(command, argv)

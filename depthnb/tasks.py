@@ -14,7 +14,8 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
-from .config import UsageError, check_choice
+from .commands import UsageError
+from .config import check_choice
 from .data import Tokenizer
 from .sources import data_path
 

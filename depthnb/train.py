@@ -19,8 +19,9 @@ import torch.distributed as dist
 import torch.nn as nn
 from tqdm.auto import tqdm
 
-from .config import (CommandParser, Preset, PretrainConfig, UsageError, add_family_args, config_diff,
-                            family_from_args, get_preset, preset_size_class, resolve_size_class, to_dict)
+from .commands import CommandParser, UsageError, add_family_args, family_from_args, require_one_run, run_each
+from .config import Preset, PretrainConfig, config_diff, to_dict
+from .presets import get_preset, preset_size_class, resolve_size_class
 from .devices import (DistInfo, all_reduce_sum, autocast, configure_backends, init_distributed, maybe_compile, mfu,
                              peak_flops, resolve_device)
 from .model import DecoderLM
@@ -431,9 +432,8 @@ def step_latency(size_class, depths=None, *, base: PretrainConfig | None = None,
 def pretrain_selection(args) -> list[tuple[PretrainConfig, Path]]:
     "The (config, run directory) of each run that parsed `depthnb pretrain` arguments select; `UsageError` if one is bad."
     preset, sc, depths, seeds = family_from_args(args)
-    if args.run_dir and len(depths) * len(seeds) != 1:
-        raise UsageError(f"--run-dir needs exactly one run, but {len(depths) * len(seeds)} were selected "
-                         "(use --layers N --seeds S)")
+    if args.run_dir:
+        require_one_run("--run-dir", len(depths) * len(seeds), "use --layers N --seeds S")
     runs = []
     for n in depths:
         try:
@@ -454,14 +454,8 @@ def cli_pretrain(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     def command(args) -> int:
-        runs = pretrain_selection(args)
-        for cfg, run_dir in runs:  # a changed config is refused before anything trains
-            write_or_check_config(run_dir, pretrain_record(cfg, 0, cfg.steps), write=False)
-        for cfg, run_dir in runs:
-            if is_done(run_dir):
-                print(f"{run_dir}: already finished; nothing to do")
-                continue
-            pretrain(cfg, run_dir, progress=not args.no_progress)
-            print(f"{run_dir}: done")
-        return 0
+        return run_each([(run_dir, cfg) for cfg, run_dir in pretrain_selection(args)],
+                        lambda run_dir, cfg: pretrain(cfg, run_dir, progress=not args.no_progress), finished=is_done,
+                        check=lambda run_dir, cfg: write_or_check_config(run_dir, pretrain_record(cfg, 0, cfg.steps),
+                                                                         write=False))
     return ap.run(command, argv)

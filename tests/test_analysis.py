@@ -16,7 +16,8 @@ from depthnb.analysis import (collect_metrics, common_loss_threshold, cumulative
                               marchenko_pastur_spectrum, paper_table3, rank_fraction, rank_profiles, rank_summary, read_eval,
                               relative_perplexity, runs_table, select_first_reaching, singular_spectrum, spectrum_auc,
                               summarize_seeds, table3, value_at_steps)
-from depthnb.config import SIZE_CLASSES, ModelConfig
+from depthnb.presets import SIZE_CLASSES
+from depthnb.config import ModelConfig
 from depthnb.model import DecoderLM
 from depthnb.solver import solve_d_ff
 

@@ -1,13 +1,13 @@
-"""The whole reproduction — every experiment notebook of `depthnb.cli.EXPERIMENTS`, report included — run by
-`depthnb.cli.reproduce` (papermill) at a scale below `tiny`; every figure and table the report indexes; a rerun
+"""The whole reproduction — every experiment notebook of `depthnb.reproduce.EXPERIMENTS`, report included — run by
+`depthnb.reproduce.reproduce` (papermill) at a scale below `tiny`; every figure and table the report indexes; a rerun
 that finds everything done; a failing notebook named with its cell."""
 import json
 
 import pandas as pd
 import pytest
 
-from depthnb.config import EXPERIMENTS
-from depthnb.cli import ExperimentFailed, reproduce
+from depthnb.reproduce import EXPERIMENTS
+from depthnb.reproduce import ExperimentFailed, reproduce
 
 # Below `tiny`: two depths, one seed, 20 pretraining and 10 fine-tuning steps, 20 gen examples, two tasks, a
 # shortened primitives protocol. The data settings are the trainer tests' (tests/_train_common.py), so the

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from depthnb.config import PRESETS
+from depthnb.presets import PRESETS
 from depthnb.tasks import TASKS
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -290,7 +290,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _stack_script import STACK_STEPS  # noqa: E402
 from _train_common import Crash, DataHook, small_config, small_data  # noqa: E402
 
-from depthnb.config import StackConfig, load_preset, override  # noqa: E402
+from depthnb.config import StackConfig, override  # noqa: E402
+from depthnb.presets import load_preset
 from depthnb.stacking import (cli_stack, measured_speedup, stack_job, stack_pretrain_config, stack_stages,  # noqa: E402
                               stack_train)
 from depthnb.runs import is_done, latest_checkpoint, load_model, read_metrics, stack_run_dir  # noqa: E402

@@ -6,7 +6,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from depthnb.config import SIZE_CLASSES, ModelConfig
+from depthnb.presets import SIZE_CLASSES
+from depthnb.config import ModelConfig
 from depthnb.model import (DecoderLM, KVCache, attend, attention_mask_bias, cache_masks, causal_attention, cross_entropy,
                            extra_params, project)
 from depthnb.solver import model_config, model_params

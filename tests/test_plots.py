@@ -15,7 +15,8 @@ import torch  # noqa: E402
 from depthnb.analysis import (common_loss_threshold, equal_loss_selection, equal_ppl_sweep, ffn_rank_curves,  # noqa: E402
                               ffn_rank_profile, isoplot_frame, layer_similarity, layer_update_similarity,
                               paper_table3, rank_summary)
-from depthnb.config import SIZE_CLASSES, ModelConfig  # noqa: E402
+from depthnb.presets import SIZE_CLASSES  # noqa: E402
+from depthnb.config import ModelConfig
 from depthnb.model import DecoderLM  # noqa: E402
 from depthnb.plots import (caption, figure_equal_loss, figure_equal_perplexity, figure_generalization,  # noqa: E402
                            figure_generalization_types, figure_isoplots, figure_latency, figure_layer_similarity,

@@ -223,7 +223,8 @@ import pandas as pd  # noqa: E402
 import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
 
-from depthnb.config import PrimitiveConfig, load_preset  # noqa: E402
+from depthnb.config import PrimitiveConfig  # noqa: E402
+from depthnb.presets import load_preset
 from depthnb.data import train_tokenizer  # noqa: E402
 from depthnb.model import DecoderLM  # noqa: E402
 from depthnb.primitives import (TABLE6_PAPER, answer_ids, complete, evaluate_primitives, evaluate_task,  # noqa: E402

@@ -2,7 +2,8 @@
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from depthnb.config import SIZE_CLASSES, SizeClass
+from depthnb.presets import SIZE_CLASSES
+from depthnb.config import SizeClass
 from depthnb.solver import (TABLE2_D_FF, flops_per_token, max_depth, model_config, model_params, solve_d_ff,
                             table2)
 
