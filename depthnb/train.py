@@ -7,13 +7,11 @@ from __future__ import annotations
 
 import contextlib
 import math
-import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-import pandas as pd
 import torch
 import torch.distributed as dist
 import torch.nn as nn
@@ -21,7 +19,7 @@ from tqdm.auto import tqdm
 
 from .commands import CommandParser, UsageError, add_family_args, family_from_args, require_one_run, run_each
 from .config import Preset, PretrainConfig, config_diff, to_dict
-from .presets import get_preset, preset_size_class, resolve_size_class
+from .presets import get_preset, preset_size_class
 from .devices import (DistInfo, all_reduce_sum, autocast, configure_backends, init_distributed, maybe_compile, mfu,
                              peak_flops, resolve_device)
 from .model import DecoderLM
@@ -37,8 +35,8 @@ from .data import prepare_pretraining
 # %% auto #0
 __all__ = ['train_step', 'lm_loss', 'NonFiniteLossError', 'check_finite', 'run_disk_need', 'job_lock', 'finished_run',
            'LoopSchedule', 'Window', 'LoopHooks', 'resume', 'train_loop', 'pretrain_hooks', 'pretrain_record',
-           'pretrain_schedule', 'pretrain', 'pretrain_config', 'run_parallel', 'pretrain_job', 'step_latency',
-           'pretrain_selection', 'cli_pretrain']
+           'pretrain_schedule', 'pretrain', 'pretrain_config', 'run_parallel', 'pretrain_job', 'pretrain_selection',
+           'cli_pretrain']
 
 # %% ../nbs/05_train.ipynb #23cc9133
 def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, micro_batches: list[tuple[torch.Tensor, torch.Tensor]],
@@ -393,40 +391,6 @@ def pretrain_job(preset: Preset | str, size_class, n_layers: int, seed: int) -> 
     run_dir = pretrain_run_dir(preset, size_class, n_layers, seed)
     pretrain(pretrain_config(preset, size_class, n_layers, seed), run_dir, progress=False, log=lambda *a: None)
     return str(run_dir)
-
-# %% ../nbs/05_train.ipynb #b7a4b8d4
-def step_latency(size_class, depths=None, *, base: PretrainConfig | None = None, batch_size: int | None = None,
-                 device: str = "auto", warmup: int = 3, repeats: int = 10, seed: int = 0) -> pd.DataFrame:
-    "Median seconds per training step for each depth of `size_class` (shape options and precision from `base`)."
-    base = base or PretrainConfig()
-    dev = resolve_device(device)
-    configure_backends(dev, base.tf32)
-    batch_size = batch_size or base.micro_batch_size or base.batch_size
-    rows = []
-    for n in depths or resolve_size_class(size_class).depths:
-        cfg = replace(model_config(size_class, n, base=base.model), n_vocab=base.model.n_vocab)
-        torch.manual_seed(seed)
-        model = DecoderLM(cfg).to(dev).train()
-        optimizer = make_optimizer(model, base.optimizer, base.lr, fused=base.fused_optimizer)
-        fwd = maybe_compile(model, base.compile, dev)
-        x = torch.randint(0, cfg.n_vocab, (batch_size, cfg.n_ctx + 1), device=dev)
-        chunks = [(x[:, :-1], x[:, 1:])]
-        times = []
-        for i in range(warmup + repeats):
-            if dev.type == "cuda":
-                torch.cuda.synchronize(dev)
-            t0 = time.perf_counter()
-            train_step(fwd, optimizer, chunks, base.grad_clip, lambda: autocast(dev, base.bf16))
-            if dev.type == "cuda":
-                torch.cuda.synchronize(dev)
-            if i >= warmup:
-                times.append(time.perf_counter() - t0)
-        sec = statistics.median(times)
-        rows.append(dict(n_layers=n, d_ff=cfg.d_ff, n_params=model.num_params(), seconds=sec,
-                         seconds_min=min(times), seconds_max=max(times), tokens_per_s=batch_size * cfg.n_ctx / sec,
-                         batch_size=batch_size, n_ctx=cfg.n_ctx, device=str(dev)))
-        del model, optimizer, fwd
-    return pd.DataFrame(rows)
 
 # %% ../nbs/05_train.ipynb #2fb08360
 def pretrain_selection(args) -> list[tuple[PretrainConfig, Path]]:

@@ -5,7 +5,8 @@ from dataclasses import replace
 import pytest
 import torch
 
-from depthnb.bench import BenchConfig, bench_model_config, cli_bench, summarize
+from depthnb.scenarios import BenchConfig, bench_model_config
+from depthnb.bench import cli_bench, summarize
 from depthnb.config import ModelConfig
 from depthnb.model import CAUSAL, DecoderLM, FlexMask, attention_mask_bias, flex_mask, layer_mask
 from depthnb.solver import flops_per_token
