@@ -5,20 +5,27 @@
 # %% ../nbs/12_docs.ipynb #f1860f70
 from __future__ import annotations
 
+import argparse
 import configparser
 import hashlib
 import html
+import importlib.util
 import json
+import os
 import posixpath
 import re
 import shutil
+import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 import nbformat
+import nbformat.v4 as v4
 from .reproduce import EXPERIMENTS
 from .sitecheck import BROWSER_REQUIREMENTS, CHECKED_PAGES, check_site
 
@@ -76,8 +83,6 @@ def site_pages(nbs_path: Path) -> SitePages:
 # %% ../nbs/12_docs.ipynb #ec186e52
 def _proc_one(src: str, dst: str) -> None:
     "nbdev's docs processing of one notebook (what `nbdev_proc_nbs` does to each)."
-    import os
-
     from execnb.nbio import read_nb, write_nb
     from nbdev.processors import FilterDefaults
 
@@ -90,8 +95,6 @@ def _proc_one(src: str, dst: str) -> None:
 
 def _proc_in_subprocess(root: Path, src: Path, dst: Path) -> str | None:
     "Run `_proc_one` in a fresh interpreter (cwd: `nbs/`); the error's last lines, or None."
-    import subprocess
-
     code = f"from depthnb.docs import _proc_one; _proc_one({str(src)!r}, {str(dst)!r})"
     r = subprocess.run([sys.executable, "-c", code], cwd=root / "nbs", capture_output=True, text=True)
     if r.returncode == 0 and dst.exists():
@@ -104,8 +107,6 @@ def _proc_in_subprocess(root: Path, src: Path, dst: Path) -> str | None:
 def process_notebooks(root: Path, notebooks: list[Path], force: bool = False, n_workers: int = 2,
                       log=print, sources: dict[Path, Path] | None = None) -> dict[Path, str]:
     "Run nbdev's docs processors on `notebooks` (relative to `nbs/`; `sources` may substitute files) into `_proc/`; returns {notebook: error}."
-    from concurrent.futures import ThreadPoolExecutor
-
     proc = root / "_proc"
     source = lambda nb: (sources or {}).get(nb, root / "nbs" / nb)
     made_from = lambda nb: proc / f"{nb}.source"  # which file the cached copy was made from
@@ -233,8 +234,6 @@ def _tags(directives: dict[str, str]) -> list[str]:
 def myst_notebook(proc_nb: dict, source_nb: dict | None, page: str, doc_url: str,
                   notebook_pages: dict[str, str]) -> nbformat.NotebookNode:
     "A processed notebook (`_proc/`) as a notebook MyST-NB renders well; `page` is its site path (`solver.html`)."
-    import nbformat.v4 as v4
-
     fm = front_matter(proc_nb)
     title, summary = title_and_summary(source_nb or {})
     title, summary = title or fm.get("title") or Path(page).stem, summary or fm.get("description")
@@ -387,8 +386,6 @@ details > summary { cursor: pointer; }
 
 def mathjax_static() -> str:
     "The folder holding `mathjax/tex-chtml.js` (MathJax 3 with its fonts) from the `sphinx-mathjax-offline` package."
-    import importlib.util
-
     spec = importlib.util.find_spec("sphinx-mathjax-offline")
     if spec is None or not spec.submodule_search_locations:
         raise ModuleNotFoundError("sphinx-mathjax-offline is not installed: run `make docs` (it installs the docs requirements)")
@@ -424,8 +421,6 @@ def toctree(caption: str, entries: list[str]) -> str:
 
 def insert_after_heading(nb, heading: str, markdown: str) -> bool:
     "Put a Markdown cell with `markdown` after the Markdown cell starting with `heading`; False if none does."
-    import nbformat.v4 as v4
-
     for i, cell in enumerate(nb.cells):
         if cell.cell_type == "markdown" and cell.source.lstrip().startswith(heading):
             nb.cells.insert(i + 1, v4.new_markdown_cell(markdown))
@@ -445,8 +440,6 @@ class DocsBuild:
 
 def missing_requirements(requirements=DOCS_REQUIREMENTS) -> list[str]:
     "The requirements (names as in `DOCS_REQUIREMENTS`) that are not installed."
-    from importlib.metadata import PackageNotFoundError, version
-
     missing = []
     for req in requirements:
         name = re.split(r"[<>=!~ ]", req, 1)[0]
@@ -459,8 +452,6 @@ def missing_requirements(requirements=DOCS_REQUIREMENTS) -> list[str]:
 
 def install_requirements(requirements=DOCS_REQUIREMENTS) -> list[str]:
     "Install the missing `requirements` into this Python with pip; returns what was installed."
-    import subprocess
-
     if missing := missing_requirements(requirements):
         subprocess.run([sys.executable, "-m", "pip", "install", "-q", *missing], check=True)
     return missing
@@ -640,8 +631,6 @@ def write_readme(root: str | Path | None = None) -> Path:
 # %% ../nbs/12_docs.ipynb #36c68463
 def main(argv: list[str] | None = None) -> int:
     "`python -m depthnb.docs deps|build|check|readme [--out DIR] [--screenshots DIR] [--no-build]`."
-    import argparse
-
     ap = argparse.ArgumentParser(prog="python -m depthnb.docs", description=main.__doc__)
     ap.add_argument("command", choices=("deps", "build", "check", "readme"))
     ap.add_argument("--out", default=None, help="site folder (default: _docs/)")

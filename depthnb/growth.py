@@ -15,10 +15,9 @@ import torch.nn as nn
 
 from .config import STACK_METHODS, check_block_size
 from .model import DecoderLM
-from .schedules import stage_depths
 
 # %% auto #0
-__all__ = ['GROW_OPS', 'grow_layout', 'grow_model', 'grow_optimizer', 'grow', 'birth_stages']
+__all__ = ['GROW_OPS', 'grow_layout', 'grow_model', 'grow_optimizer', 'grow']
 
 # %% ../nbs/06_growth.ipynb #353fb4d8
 GROW_OPS = tuple(m for m in STACK_METHODS if m != "baseline")  # gradstack, midas, progressive
@@ -106,13 +105,3 @@ def grow(model: DecoderLM, op: str, block_size: int | None = None, optimizer: to
     if optimizer is None:
         return grown
     return grown, grow_optimizer(optimizer, model, grown, layout, reset=reset_optimizer)
-
-# %% ../nbs/06_growth.ipynb #c9af3acc
-def birth_stages(n_layers: int, block_size: int, op: str) -> list[list[int]]:
-    "For each stage, the stage (1-based) at which each of its layers was created."
-    depths = stage_depths(n_layers, block_size, op)
-    births = [[1] * depths[0]]
-    for stage in range(2, len(depths) + 1):
-        layout = grow_layout(len(births[-1]), op, block_size)
-        births.append([stage if s in layout[:j] else births[-1][s] for j, s in enumerate(layout)])
-    return births

@@ -5,6 +5,7 @@
 # %% ../nbs/02d_optim.ipynb #36baf551
 from __future__ import annotations
 
+import contextlib
 import math
 
 import torch
@@ -12,7 +13,7 @@ import torch.nn as nn
 
 
 # %% auto #0
-__all__ = ['lr_at', 'make_optimizer', 'set_lr']
+__all__ = ['lr_at', 'make_optimizer', 'set_lr', 'train_step']
 
 # %% ../nbs/02d_optim.ipynb #8d107b31
 def lr_at(step: int, lr: float, steps: int, warmup_steps: int = 0, min_lr_ratio: float = 0.1) -> float:
@@ -49,3 +50,26 @@ def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
     "Set the learning rate of every parameter group."
     for group in optimizer.param_groups:
         group["lr"] = lr
+
+# %% ../nbs/02d_optim.ipynb #23cc9133
+def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, micro_batches: list[tuple[torch.Tensor, torch.Tensor]],
+               grad_clip: float = 1.0, precision=contextlib.nullcontext, params=None,
+               before_update=None) -> tuple[torch.Tensor, torch.Tensor]:
+    "Accumulate gradients over `micro_batches` of (inputs, targets), clip, step; returns (mean loss, grad norm)."
+    params = list(params if params is not None else model.parameters())
+    total = torch.zeros((), device=params[0].device)
+    for i, (x, y) in enumerate(micro_batches):
+        last = i == len(micro_batches) - 1
+        sync = contextlib.nullcontext() if last or not hasattr(model, "no_sync") else model.no_sync()
+        with sync:
+            with precision():
+                _, loss = model(x, y)
+            (loss / len(micro_batches)).backward()
+        total += loss.detach().float()
+    loss = total / len(micro_batches)
+    grad_norm = nn.utils.clip_grad_norm_(params, grad_clip if grad_clip > 0 else float("inf"))
+    if before_update is not None:
+        before_update(loss, grad_norm)  # may raise: the update is then not applied
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return loss, grad_norm

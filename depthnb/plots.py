@@ -22,16 +22,17 @@ from matplotlib.patches import Rectangle
 
 from .analysis import TASK_NAMES, accuracy_by_depth, latency_fit, relative_perplexity
 from .config import PrimitiveConfig
-from .growth import birth_stages, grow_layout
+from .growth import grow_layout
 from .primitives import PRIMITIVE_TASKS, TABLE7_PAPER, ft_summary
 from .runs import read_metrics
+from .schedules import stage_depths
 
 # %% auto #0
 __all__ = ['SIZE_CLASS_COLORS', 'METHOD_COLORS', 'FIG5_ROWS', 'set_style', 'depth_palette', 'hardware_label', 'caption',
            'save_figure', 'save_table', 'figure_size_classes', 'figure_perplexity', 'figure_relative_perplexity',
            'figure_generalization', 'figure_generalization_types', 'figure_equal_perplexity', 'figure_equal_loss',
            'figure_latency', 'figure_rank', 'figure_rank_summary', 'figure_layer_similarity', 'figure_isoplots',
-           'plot_growth', 'plot_stages', 'figure_stack_losses', 'figure_primitives']
+           'plot_growth', 'birth_stages', 'plot_stages', 'figure_stack_losses', 'figure_primitives']
 
 # %% ../nbs/09_plots.ipynb #c3d0bda8
 SIZE_CLASS_COLORS = {"tiny": "#7f7f7f", "41M": "#0173b2", "134M": "#de8f05", "374M": "#029e73"}
@@ -439,6 +440,16 @@ def plot_growth(n_layers: int = 6, block_size: int = 2, ops=("midas", "gradstack
         ax.set_title("progressive" if op == "progressive" else f"{'MIDAS' if op == 'midas' else 'GradStack'} (b={block_size})")
         ax.grid(False)
     return fig
+
+# %% ../nbs/09_plots.ipynb #c9af3acc
+def birth_stages(n_layers: int, block_size: int, op: str) -> list[list[int]]:
+    "For each stage, the stage (1-based) at which each of its layers was created."
+    depths = stage_depths(n_layers, block_size, op)
+    births = [[1] * depths[0]]
+    for stage in range(2, len(depths) + 1):
+        layout = grow_layout(len(births[-1]), op, block_size)
+        births.append([stage if s in layout[:j] else births[-1][s] for j, s in enumerate(layout)])
+    return births
 
 # %% ../nbs/09_plots.ipynb #5b0c7e22
 def plot_stages(n_layers: int = 8, block_size: int = 1, ops=("gradstack", "midas", "progressive")):

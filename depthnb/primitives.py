@@ -22,7 +22,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .config import PrimitiveConfig
-from .optim import make_optimizer
+from .optim import make_optimizer, train_step
 from .model import KVCache, generate_many
 
 # %% auto #0
@@ -32,7 +32,7 @@ __all__ = ['PRIMITIVE_TASKS', 'LETTERS', 'COPY_SEQ_LEN', 'COPY_SUB_LEN', 'N_VARS
            'extract_answer', 'score_primitive', 'table6_paper', 'holdout_set', 'finetune_set', 'output_layer',
            'LastPositionHead', 'answer_ids', 'complete', 'evaluate_task', 'answer_candidates', 'candidate_logprobs',
            'choose_answers', 'table6_rows', 'evaluate_primitives', 'table6', 'ft_eval_steps', 'ft_tensors',
-           'answer_loss', 'minibatches', 'finetune_primitives', 'ft_summary', 'table7']
+           'answer_loss', 'AnswerLoss', 'minibatches', 'finetune_primitives', 'ft_summary', 'table7']
 
 # %% ../nbs/04_primitives.ipynb #bf9e1641
 @dataclass(frozen=True)
@@ -483,6 +483,16 @@ def answer_loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Ten
     keep = y != -100
     return F.cross_entropy(head(hidden[keep]).float(), y[keep])
 
+
+class AnswerLoss(nn.Module):
+    "`model` as the trainer's `optim.train_step` drives a model: `(x, y)` -> `(None, answer_loss(model, x, y))`."
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> tuple[None, torch.Tensor]:
+        return None, answer_loss(self.model, x, y)
+
 # %% ../nbs/04_primitives.ipynb #b992d71e
 def minibatches(n: int, batch_size: int | None, seed: int) -> Iterator[torch.Tensor]:
     "Row indices of each step: all `n` rows (`batch_size` None), or a seeded reshuffle per pass over them."
@@ -516,14 +526,10 @@ def finetune_primitives(model: nn.Module, tokenizer, cfg: PrimitiveConfig, seed:
                  for sets in splits.values() for exs in sets.values() for e in exs) + 2
     opt = make_optimizer(model, optimizer, cfg.ft_lr, weight_decay, betas)
     rows, t0 = [], time.perf_counter()
-    batches = minibatches(len(x), cfg.ft_batch_size, seed)
+    batches, answers = minibatches(len(x), cfg.ft_batch_size, seed), AnswerLoss(model)
     for step in range(1, cfg.ft_steps + 1):
         rows_of_step = next(batches)
-        loss = answer_loss(model, x[rows_of_step], y[rows_of_step])
-        loss.backward()
-        nn.utils.clip_grad_norm_(model.parameters(), grad_clip if grad_clip > 0 else float("inf"))
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        loss, _ = train_step(answers, opt, [(x[rows_of_step], y[rows_of_step])], grad_clip)
         if step in evals:
             for task, sets in splits.items():
                 for split, exs in sets.items():

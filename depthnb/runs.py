@@ -37,9 +37,9 @@ __all__ = ['KEEP_CHECKPOINTS', 'pretrain_run_dir', 'finetune_run_dir', 'stack_ru
            'stack_finetune_run_dir', 'CheckpointError', 'DiskFullError', 'free_space', 'check_free_space',
            'sha256_file', 'atomic_write', 'atomic_write_text', 'file_lock', 'save_verified', 'load_verified',
            'rng_state', 'set_rng_state', 'ConfigMismatchError', 'write_or_check_config', 'read_config', 'MetricsLog',
-           'json_lines', 'read_metrics', 'mark_done', 'is_done', 'read_done', 'step_file', 'snapshot_steps',
-           'save_checkpoint', 'latest_checkpoint', 'save_weights', 'model_from_state', 'load_model', 'source_run_dir',
-           'RunInUseError', 'run_lock']
+           'json_lines', 'read_metrics', 'mark_done', 'is_done', 'read_done', 'step_file', 'save_checkpoint',
+           'latest_checkpoint', 'save_weights', 'model_from_state', 'load_model', 'source_run_dir', 'RunInUseError',
+           'run_lock']
 
 # %% ../nbs/02a_runs.ipynb #1dc9a379
 def pretrain_run_dir(preset: Preset | str, size_class, n_layers: int, seed: int = 0) -> Path:
@@ -307,20 +307,6 @@ KEEP_CHECKPOINTS = 2  # rotating full checkpoints kept per run
 
 def step_file(step: int) -> str:
     return f"step_{step:08d}.pt"
-
-
-def snapshot_steps(steps: int, n: int, first: int = 1, spacing: str = "log") -> list[int]:
-    "`n` log- or linearly spaced steps from `first` to `steps` (rounded, distinct, sorted; `steps` included)."
-    if spacing not in ("log", "linear"):
-        raise ValueError(f"snapshot_steps: spacing={spacing!r} is not one of ['log', 'linear']")
-    if n <= 0:
-        return []
-    first = min(max(1, first), steps)
-    if n == 1:
-        return [steps]
-    if spacing == "linear":
-        return sorted({round(first + (steps - first) * i / (n - 1)) for i in range(n)})
-    return sorted({round(first * (steps / first) ** (i / (n - 1))) for i in range(n)})
 
 
 def save_checkpoint(run_dir: Path | str, state: dict, keep: int = KEEP_CHECKPOINTS) -> Path:

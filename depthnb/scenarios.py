@@ -22,8 +22,7 @@ from .presets import CPU_CLASS, SIZE_CLASSES, TINY_CLASS, resolve_size_class
 from .model import DecoderLM
 from .solver import model_config
 from .devices import autocast, configure_backends, maybe_compile, resolve_device
-from .optim import make_optimizer
-from .train import train_step
+from .optim import make_optimizer, train_step
 from .runs import read_metrics
 from .data import load_tokenizer
 from .tasks import load_task

@@ -17,7 +17,7 @@ from .solver import flops_per_token, model_config
 
 # %% auto #0
 __all__ = ['SCHEDULES', 'TABLE1_SPEEDUPS', 'SAUNSHI_MODELS', 'stage_depths', 'stage_weights', 'stage_schedule', 'stack_config',
-           'speedup', 'speedup_table']
+           'speedup', 'speedup_table', 'snapshot_steps']
 
 # %% ../nbs/06a_schedules.ipynb #3b8e5c71
 def stage_depths(n_layers: int, block_size: int, op: str = "midas") -> list[int]:
@@ -114,3 +114,17 @@ def speedup_table(rows=TABLE1_SPEEDUPS, models=SAUNSHI_MODELS) -> pd.DataFrame:
         out.append(dict(model=model, method=method, n_layers=n, block_size=b, schedule=f"Prop-{alpha:g}", paper=printed,
                         layers=round(layers, 4), full_flops=round(full, 4), diff_pct=round(100 * (full / layers - 1), 2)))
     return pd.DataFrame(out)
+
+# %% ../nbs/06a_schedules.ipynb #6e6ea9bf
+def snapshot_steps(steps: int, n: int, first: int = 1, spacing: str = "log") -> list[int]:
+    "`n` log- or linearly spaced steps from `first` to `steps` (rounded, distinct, sorted; `steps` included)."
+    if spacing not in ("log", "linear"):
+        raise ValueError(f"snapshot_steps: spacing={spacing!r} is not one of ['log', 'linear']")
+    if n <= 0:
+        return []
+    first = min(max(1, first), steps)
+    if n == 1:
+        return [steps]
+    if spacing == "linear":
+        return sorted({round(first + (steps - first) * i / (n - 1)) for i in range(n)})
+    return sorted({round(first * (steps / first) ** (i / (n - 1))) for i in range(n)})

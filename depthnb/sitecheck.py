@@ -5,9 +5,14 @@
 # %% ../nbs/12a_sitecheck.ipynb #a2399a20
 from __future__ import annotations
 
+import functools
+import threading
 import time
+import urllib.error
+import urllib.request
 from dataclasses import dataclass
 from html.parser import HTMLParser
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import urljoin, urlsplit
 
@@ -138,10 +143,6 @@ class SiteCheck:
 # %% ../nbs/12a_sitecheck.ipynb #f39c058c
 def _serve(site: Path):
     "A threaded HTTP server for `site` on a free localhost port: (server, base_url)."
-    import functools
-    import threading
-    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
-
     class Quiet(SimpleHTTPRequestHandler):
         def log_message(self, *args):
             pass
@@ -152,9 +153,6 @@ def _serve(site: Path):
 
 
 def _fetch(url: str) -> tuple[int, str, str]:
-    import urllib.error
-    import urllib.request
-
     try:
         with urllib.request.urlopen(url, timeout=30) as r:
             ctype = r.headers.get("Content-Type", "")

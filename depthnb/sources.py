@@ -11,6 +11,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import sys
 import tomllib
 import urllib.error
@@ -18,6 +19,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
+from urllib.parse import urlparse
 
 from tqdm import tqdm
 
@@ -391,8 +393,6 @@ def _wikitext_articles(lines: Iterable[str]) -> Iterator[str]:
 
 def _hub_reachable(timeout: float = 3.0) -> str | None:
     "None if the Hugging Face hub answers, else why not (without the hub client's long retries)."
-    import socket
-    from urllib.parse import urlparse
     if os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "") or os.environ.get("HF_DATASETS_OFFLINE", "0") not in ("0", ""):
         return "HF_HUB_OFFLINE / HF_DATASETS_OFFLINE is set"
     host = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co")).hostname

@@ -9,6 +9,7 @@ import contextlib
 import math
 import time
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -23,43 +24,19 @@ from .presets import get_preset, preset_size_class
 from .devices import (DistInfo, all_reduce_sum, autocast, configure_backends, init_distributed, maybe_compile, mfu,
                              peak_flops, resolve_device)
 from .model import DecoderLM
-from .optim import lr_at, make_optimizer, set_lr
+from .optim import lr_at, make_optimizer, set_lr, train_step
 from .solver import model_config
-from .runs import (KEEP_CHECKPOINTS, MetricsLog, check_free_space, free_space, is_done,
-                          latest_checkpoint, load_model, mark_done, pretrain_run_dir, read_done, rng_state,
-                          run_lock, save_checkpoint, save_weights, set_rng_state, snapshot_steps, step_file,
-                          write_or_check_config)
+from .runs import (KEEP_CHECKPOINTS, MetricsLog, check_free_space, free_space, is_done, latest_checkpoint,
+                          load_model, mark_done, pretrain_run_dir, read_done, rng_state, run_lock, save_checkpoint,
+                          save_weights, set_rng_state, step_file, write_or_check_config)
+from .schedules import snapshot_steps
 from .data import prepare_pretraining
 
 
 # %% auto #0
-__all__ = ['train_step', 'lm_loss', 'NonFiniteLossError', 'check_finite', 'run_disk_need', 'job_lock', 'finished_run',
-           'LoopSchedule', 'Window', 'LoopHooks', 'resume', 'train_loop', 'pretrain_hooks', 'pretrain_record',
-           'pretrain_schedule', 'pretrain', 'pretrain_config', 'run_parallel', 'pretrain_job', 'pretrain_selection',
-           'cli_pretrain']
-
-# %% ../nbs/05_train.ipynb #23cc9133
-def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, micro_batches: list[tuple[torch.Tensor, torch.Tensor]],
-               grad_clip: float = 1.0, precision=contextlib.nullcontext, params=None,
-               before_update=None) -> tuple[torch.Tensor, torch.Tensor]:
-    "Accumulate gradients over `micro_batches` of (inputs, targets), clip, step; returns (mean loss, grad norm)."
-    params = list(params if params is not None else model.parameters())
-    total = torch.zeros((), device=params[0].device)
-    for i, (x, y) in enumerate(micro_batches):
-        last = i == len(micro_batches) - 1
-        sync = contextlib.nullcontext() if last or not hasattr(model, "no_sync") else model.no_sync()
-        with sync:
-            with precision():
-                _, loss = model(x, y)
-            (loss / len(micro_batches)).backward()
-        total += loss.detach().float()
-    loss = total / len(micro_batches)
-    grad_norm = nn.utils.clip_grad_norm_(params, grad_clip if grad_clip > 0 else float("inf"))
-    if before_update is not None:
-        before_update(loss, grad_norm)  # may raise: the update is then not applied
-    optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
-    return loss, grad_norm
+__all__ = ['lm_loss', 'NonFiniteLossError', 'check_finite', 'run_disk_need', 'job_lock', 'finished_run', 'LoopSchedule', 'Window',
+           'LoopHooks', 'resume', 'train_loop', 'pretrain_hooks', 'pretrain_record', 'pretrain_schedule', 'pretrain',
+           'pretrain_config', 'run_parallel', 'pretrain_job', 'pretrain_selection', 'cli_pretrain']
 
 # %% ../nbs/05_train.ipynb #2c57c7e3
 @torch.no_grad()
@@ -358,8 +335,6 @@ def pretrain_config(preset: Preset | str, size_class, n_layers: int, seed: int =
 # %% ../nbs/05_train.ipynb #fe2a1274
 def run_parallel(fn, jobs: list[dict], workers: int = 1, threads: int = 1, log=print) -> list:
     "`[fn(**job) for job in jobs]`, computed by `workers` spawned processes of `threads` threads each."
-    from concurrent.futures import ProcessPoolExecutor, as_completed
-
     if workers <= 1 or len(jobs) <= 1:
         return [fn(**job) for job in jobs]
     ctx = torch.multiprocessing.get_context("spawn")

@@ -173,8 +173,7 @@ def test_flex_training_matches_sdpa_on_cuda(d_attn, n_heads):
 @pytest.mark.gpu
 def test_compiled_flex_trains_in_bf16_on_cuda():
     from depthnb.devices import autocast
-    from depthnb.optim import make_optimizer
-    from depthnb.train import train_step
+    from depthnb.optim import make_optimizer, train_step
     torch.manual_seed(0)
     cfg = replace(SMALL, d_model=128, d_attn=128, n_heads=4, n_ctx=256, n_vocab=512)
     dev = torch.device("cuda")

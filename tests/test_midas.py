@@ -7,7 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from depthnb.config import ModelConfig
-from depthnb.growth import birth_stages, grow, grow_layout
+from depthnb.plots import birth_stages
+from depthnb.growth import grow, grow_layout
 from depthnb.schedules import (SAUNSHI_MODELS, TABLE1_SPEEDUPS, speedup, stack_config, stage_depths, stage_schedule,
                                stage_weights)
 from depthnb.model import DecoderLM, attention_mask_bias
