@@ -200,7 +200,7 @@ class Preset:
     name: str
     description: str
     hardware: str  # what the preset is sized for, quoted in figure captions
-    size_classes: tuple = ("41M",)  # names in solver.SIZE_CLASSES or dicts of SizeClass fields
+    size_classes: tuple = ("41M",)  # names in presets.SIZE_CLASSES or dicts of SizeClass fields
     depths: dict[str, tuple[int, ...]] = field(default_factory=dict)  # per class; missing: all
     seeds: tuple[int, ...] = (0,)
     tasks: tuple[str, ...] = ("cogs", "cogs_vf", "geoquery", "passivization")

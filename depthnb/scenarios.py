@@ -54,7 +54,7 @@ CPU_COMPILE_MIN_STEPS = 300  # on the CPU, runs this long pay for torch.compile'
 @dataclass
 class BenchConfig:
     "Shapes, device and measurement lengths of one benchmark run."
-    size_class: str = "134M"  # a name in solver.SIZE_CLASSES or PRESET_CLASSES
+    size_class: str = "134M"  # a name in presets.SIZE_CLASSES or PRESET_CLASSES
     n_layers: int = 12
     n_ctx: int = 1024
     batch: int = 16  # sequences per micro-batch

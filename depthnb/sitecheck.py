@@ -17,7 +17,8 @@ from pathlib import Path
 from urllib.parse import urljoin, urlsplit
 
 # %% auto #0
-__all__ = ['BROWSER_REQUIREMENTS', 'CHROMIUM_FLAGS', 'CHECKED_PAGES', 'crawl_links', 'PageCheck', 'SiteCheck', 'check_site']
+__all__ = ['BROWSER_REQUIREMENTS', 'CHROMIUM_FLAGS', 'CHECKED_PAGES', 'crawl_links', 'PageCheck', 'SiteCheck', 'serve_site',
+           'fetch_page', 'check_site']
 
 # %% ../nbs/12a_sitecheck.ipynb #bf774441
 BROWSER_REQUIREMENTS = ("playwright>=1.40", "jupyterlab>=4")  # the docs site and JupyterLab, checked in Chromium
@@ -141,7 +142,7 @@ class SiteCheck:
         return out
 
 # %% ../nbs/12a_sitecheck.ipynb #f39c058c
-def _serve(site: Path):
+def serve_site(site: Path):
     "A threaded HTTP server for `site` on a free localhost port: (server, base_url)."
     class Quiet(SimpleHTTPRequestHandler):
         def log_message(self, *args):
@@ -152,7 +153,8 @@ def _serve(site: Path):
     return server, f"http://127.0.0.1:{server.server_address[1]}/"
 
 
-def _fetch(url: str) -> tuple[int, str, str]:
+def fetch_page(url: str) -> tuple[int, str, str]:
+    "(HTTP status, content type, text of an HTML page) of `url`: what `crawl_links` fetches."
     try:
         with urllib.request.urlopen(url, timeout=30) as r:
             ctype = r.headers.get("Content-Type", "")
@@ -161,7 +163,7 @@ def _fetch(url: str) -> tuple[int, str, str]:
     except urllib.error.HTTPError as e:
         return e.code, "", ""
 
-
+# %% ../nbs/12a_sitecheck.ipynb #7177d944
 _PAGE_PROBE = """async () => {
   if (window.MathJax && MathJax.startup && MathJax.startup.promise) { await MathJax.startup.promise; }
   const imgs = [...document.images];
@@ -189,7 +191,7 @@ def check_site(site: str | Path, pages=("index.html", "solver.html", "model.html
     shots = Path(screenshots) if screenshots else None
     if shots:
         shots.mkdir(parents=True, exist_ok=True)
-    server, base = _serve(site)
+    server, base = serve_site(site)
     results = []
     try:
         with sync_playwright() as pw:
@@ -220,7 +222,7 @@ def check_site(site: str | Path, pages=("index.html", "solver.html", "model.html
             if shots:
                 search.screenshot(path=str(shots / "search.png"), full_page=False)
             browser.close()
-        crawled, broken = crawl_links(base, _fetch)
+        crawled, broken = crawl_links(base, fetch_page)
     finally:
         server.shutdown()
         server.server_close()
