@@ -13,6 +13,7 @@ from .reproduce import EXPERIMENTS, ExperimentFailed, reproduce
 from .bench import cli_bench
 from .data import cli_data
 from .finetune import check_tasks, cli_evaluate, cli_finetune
+from .plan import cli_plan
 from .stacking import cli_stack
 from .train import cli_pretrain
 
@@ -27,6 +28,7 @@ SUBCOMMANDS: dict[str, tuple] = {  # name: (function, one-line help)
     "evaluate": (cli_evaluate, "score a fine-tuned model on a task split"),
     "stack": (cli_stack, "train a baseline, GradStack, MIDAS or progressive run"),
     "bench": (cli_bench, "measure throughput, MFU, memory and decoding speed"),
+    "plan": (cli_plan, "before booking a cluster: parameters, FLOPs, memory per GPU (DDP/FSDP), GPU-hours"),
     "reproduce": (lambda argv: cli_reproduce(argv), "run a preset's experiment notebooks in order"),
 }
 

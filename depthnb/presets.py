@@ -5,6 +5,7 @@
 # %% ../nbs/00a_presets.ipynb #9be9c753
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -13,8 +14,9 @@ from .config import (DataConfig, FinetuneConfig, ModelConfig, Preset, PretrainCo
                             StackConfig, STACK_RUNS, check_choice, override)
 
 # %% auto #0
-__all__ = ['SIZE_CLASSES', 'TINY_CLASS', 'CPU_CLASS', 'CPU_STACK_CLASS', 'PRESETS', 'resolve_size_class', 'load_preset',
-           'get_preset', 'preset_size_class', 'preset_depths', 'method_stack', 'repo_root', 'experiment_preset']
+__all__ = ['SIZE_CLASSES', 'SAUNSHI_CLASSES', 'TINY_CLASS', 'CPU_CLASS', 'CPU_STACK_CLASS', 'PRESETS', 'SAUNSHI_TOKENS',
+           'SAUNSHI_TABLE1', 'STACK_STUDIES', 'resolve_size_class', 'saunshi_run', 'load_preset', 'get_preset',
+           'preset_size_class', 'preset_depths', 'method_stack', 'repo_root', 'experiment_preset']
 
 # %% ../nbs/00a_presets.ipynb #3dac3ffb
 SIZE_CLASSES: dict[str, SizeClass] = {
@@ -24,6 +26,16 @@ SIZE_CLASSES: dict[str, SizeClass] = {
                       depths=(1, 2, 4, 6, 8, 12, 16, 21, 26, 32)),
     "374M": SizeClass("374M", d_model=1024, d_attn=1024, n_heads=64, n_layers=24, d_ff=2816,
                       depths=(1, 2, 4, 6, 8, 12, 16, 24, 32)),
+}
+
+# %% ../nbs/00a_presets.ipynb #c7d5053c
+# Saunshi et al.'s three decoder-only models (Appendix A.1), by their paper names. They are not equal-parameter
+# families: each is trained at its own depth only. The paper names no vocabulary; T5's 32128 is assumed, and the names
+# match the layers' parameters (1.16B, 2.32B, 8.46B), which the vocabulary does not change (nbs/14_plan.ipynb).
+SAUNSHI_CLASSES: dict[str, SizeClass] = {
+    "1B": SizeClass("1B", d_model=2048, d_attn=2048, n_heads=32, n_layers=24, d_ff=5120, depths=(24,)),
+    "2B": SizeClass("2B", d_model=2048, d_attn=2048, n_heads=32, n_layers=48, d_ff=5120, depths=(48,)),
+    "8B": SizeClass("8B", d_model=2048, d_attn=2048, n_heads=16, n_layers=72, d_ff=16384, depths=(72,)),
 }
 
 # %% ../nbs/00a_presets.ipynb #6a86089c
@@ -150,6 +162,53 @@ PRESETS["gpu"] = replace(
     control_references=(7,),
     workers=4,
 )
+
+# %% ../nbs/00a_presets.ipynb #b760bba9
+# Saunshi et al.'s own study (§3.3, Appendix A.1) at its own scale: the 1B, 2B and 8B models, 512B tokens each,
+# sequence length 1280, AdaFactor, cosine, batch 512 (1B, 2B) and 1024 (8B). Its own preset, not a study inside
+# `paper`: every pretraining knob differs from Petty's, and the two papers book different clusters
+# (nbs/14_plan.ipynb). Until the UL2 objective and the data mixture land, it pretrains causally on C4.
+SAUNSHI_TOKENS = 512 * 10**9  # Appendix A.1: the same pre-cached tokens, in the same order, for every method
+SAUNSHI_TABLE1 = (  # Table 1's rows: (model, method, block size, alpha of Prop-alpha); a baseline is one stage
+    ("1B", "baseline", 4, 1), ("1B", "gradstack", 4, 1), ("1B", "midas", 4, 1), ("1B", "midas", 3, 1),
+    ("1B", "gradstack", 4, 2), ("1B", "midas", 4, 2), ("1B", "midas", 3, 2), ("1B", "midas", 4, 3),
+    ("2B", "baseline", 8, 1), ("2B", "midas", 8, 1), ("2B", "gradstack", 8, 2), ("2B", "midas", 8, 2),
+    ("8B", "baseline", 9, 2), ("8B", "midas", 9, 2),
+)
+
+
+def saunshi_run(model: str, method: str, block_size: int, alpha: float) -> dict:
+    "Overrides of the `saunshi` preset that make its stacking study one row of Saunshi's Table 1."
+    sc = SAUNSHI_CLASSES[model]
+    batch = 1024 if model == "8B" else 512
+    n_ctx = PRESETS["saunshi"].pretrain.model.n_ctx
+    return {"stack_size_class": dataclasses.asdict(sc), "stack_layers": sc.n_layers, "pretrain.batch_size": batch,
+            "pretrain.steps": SAUNSHI_TOKENS // (batch * n_ctx), "stack.method": method,
+            "stack.block_size": block_size, "stack.alpha": alpha}
+
+
+PRESETS["saunshi"] = Preset(
+    name="saunshi",
+    description="Saunshi et al.'s own setup: the 1B, 2B and 8B models of Table 1 at 512B tokens each, sequence "
+                "length 1280, AdaFactor, batch 512/1024; for a cluster (see depthnb plan --preset saunshi).",
+    hardware="a GPU cluster (torchrun; the 8B model needs sharded training)",
+    size_classes=(dataclasses.asdict(SAUNSHI_CLASSES["1B"]),),
+    seeds=(0,),
+    pretrain=PretrainConfig(model=ModelConfig(n_ctx=1280),
+                            data=DataConfig(corpus="c4", vocab_size=32128, tokenizer_docs=1_000_000),
+                            steps=SAUNSHI_TOKENS // (512 * 1280), batch_size=512, micro_batch_size=2,
+                            optimizer="adafactor", lr=1e-2, min_lr_ratio=0.1, warmup_steps=10_000,
+                            eval_every=10_000, ckpt_every=10_000, n_snapshots=20),
+    finetune=FinetuneConfig(steps=10_000, batch_size=128, optimizer="adafactor", lr=1e-3),
+    stack=StackConfig(method="midas", block_size=4, schedule="prop", alpha=2.0),
+    stack_layers=24,
+    stack_size_class=dataclasses.asdict(SAUNSHI_CLASSES["1B"]),
+    device="cuda",
+)
+STACK_STUDIES: dict[str, tuple[tuple[str, dict], ...]] = {  # preset name -> its study's runs: (label, overrides)
+    "saunshi": tuple((f"{m} {meth}" + ("" if meth == "baseline" else f" b={b} Prop-{a}"), saunshi_run(m, meth, b, a))
+                     for m, meth, b, a in SAUNSHI_TABLE1),
+}
 
 # %% ../nbs/00a_presets.ipynb #4184010f
 def load_preset(name: str = "tiny", **overrides) -> Preset:
