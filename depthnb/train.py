@@ -31,6 +31,7 @@ from .runs import (KEEP_CHECKPOINTS, MetricsLog, check_free_space, free_space, i
                           run_lock, save_checkpoint, save_weights, set_rng_state, snapshot_steps, step_file,
                           write_or_check_config)
 from .data import prepare_pretraining
+from .ul2 import UL2, reserved_ids
 
 
 # %% auto #0
@@ -40,18 +41,18 @@ __all__ = ['train_step', 'lm_loss', 'NonFiniteLossError', 'check_finite', 'run_d
            'pretrain_selection', 'cli_pretrain']
 
 # %% ../nbs/05_train.ipynb #23cc9133
-def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, micro_batches: list[tuple[torch.Tensor, torch.Tensor]],
+def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, micro_batches: list[tuple[torch.Tensor, ...]],
                grad_clip: float = 1.0, precision=contextlib.nullcontext, params=None,
                before_update=None) -> tuple[torch.Tensor, torch.Tensor]:
-    "Accumulate gradients over `micro_batches` of (inputs, targets), clip, step; returns (mean loss, grad norm)."
+    "Accumulate gradients over `micro_batches` of (inputs, targets[, prefix_len]), clip, step; returns (mean loss, grad norm)."
     params = list(params if params is not None else model.parameters())
     total = torch.zeros((), device=params[0].device)
-    for i, (x, y) in enumerate(micro_batches):
+    for i, (x, y, *prefix_len) in enumerate(micro_batches):  # UL2's micro-batches carry prefix lengths
         last = i == len(micro_batches) - 1
         sync = contextlib.nullcontext() if last or not hasattr(model, "no_sync") else model.no_sync()
         with sync:
             with precision():
-                _, loss = model(x, y)
+                _, loss = model(x, y, prefix_len=prefix_len[0]) if prefix_len else model(x, y)
             (loss / len(micro_batches)).backward()
         total += loss.detach().float()
     loss = total / len(micro_batches)
@@ -277,9 +278,13 @@ def pretrain_hooks(config: PretrainConfig, data, device: torch.device, precision
     "Pretraining's batches, held-out evaluation, `train` records and model wrapping (`data`: a `PretrainingData`)."
     micro = _micro_batch_size(config, info.world)
     tokens_per_step, peak = config.batch_size * config.model.n_ctx, peak_flops(device)
+    ul2 = UL2(config.data.vocab_size, config.seed, n_vocab=config.model.n_vocab) if config.objective == "ul2" else None
 
-    def batch(s: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        tokens = data.train.batch(s, config.batch_size, info.rank, info.world).to(device, non_blocking=True)
+    def batch(s: int) -> list[tuple[torch.Tensor, ...]]:
+        tokens = data.train.batch(s, config.batch_size, info.rank, info.world)
+        if ul2 is not None:  # rows keyed by their index in the global batch: the same on any number of ranks
+            return ul2(tokens, s, first_row=info.rank * tokens.shape[0]).micro_batches(micro, device)
+        tokens = tokens.to(device, non_blocking=True)
         return [(c[:, :-1], c[:, 1:]) for c in tokens.split(micro)]
 
     def evaluate(model: nn.Module) -> dict[str, float]:
@@ -352,7 +357,8 @@ def pretrain_config(preset: Preset | str, size_class, n_layers: int, seed: int =
     "The `PretrainConfig` of the `n_layers`-deep model of `size_class` in `preset`, with `seed`."
     p = get_preset(preset)
     pc = p.pretrain
-    model = replace(model_config(preset_size_class(p, size_class), n_layers, base=pc.model), n_vocab=pc.data.vocab_size)
+    model = replace(model_config(preset_size_class(p, size_class), n_layers, base=pc.model),
+                    n_vocab=pc.data.vocab_size + reserved_ids(pc.objective))  # UL2: its mode tokens and sentinels
     return replace(pc, model=model, seed=seed, device=pc.device if pc.device != "auto" else p.device)
 
 
