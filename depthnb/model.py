@@ -19,9 +19,9 @@ from .config import ModelConfig
 
 # %% auto #0
 __all__ = ['CAUSAL', 'CAUSAL_SPLIT_MIN_LEN', 'relative_position_bucket', 'RelativePositionBias', 'rope_rotate', 'KVCache',
-           'FlexMask', 'flex_attend', 'softmax_attention', 'causal_attention', 'attend', 'project', 'Attention',
-           'GatedFFN', 'Layer', 'DecoderLM', 'attention_mask_bias', 'cache_masks', 'causal_block_mask', 'flex_mask',
-           'layer_mask', 'cross_entropy', 'extra_params', 'generate_many']
+           'FlexMask', 'PrefixMask', 'flex_attend', 'softmax_attention', 'causal_attention', 'attend', 'project',
+           'Attention', 'GatedFFN', 'Layer', 'DecoderLM', 'attention_mask_bias', 'cache_masks', 'causal_block_mask',
+           'prefix_block_mask', 'flex_mask', 'layer_mask', 'cross_entropy', 'extra_params', 'generate_many']
 
 # %% ../nbs/02_model.ipynb #d9e2b4dd
 def relative_position_bucket(distance: torch.Tensor, n_buckets: int = 32, max_distance: int = 128) -> torch.Tensor:
@@ -103,18 +103,24 @@ class FlexMask:
     block_mask: BlockMask
     bias: torch.Tensor | None = None
 
+
+@dataclass
+class PrefixMask:
+    "An additive mask (b, h|1, t, t) under which each sequence's prefix attends both ways: not causal, so never split."
+    bias: torch.Tensor
+
 # %% ../nbs/02_model.ipynb #2d008c5a
 _compiled_flex = None
 
 
 def flex_attend(q, k, v, mask: FlexMask) -> torch.Tensor:
-    "Causal FlexAttention of (b, h, t, d) tensors, adding `mask.bias[h, q - k]` to the logits in the kernel."
+    "FlexAttention of (b, h, t, d) tensors under `mask.block_mask`, adding `mask.bias[h, max(q - k, 0)]` to the logits in the kernel."
     global _compiled_flex
     bias = mask.bias
     score_mod = None
     if bias is not None:
         def score_mod(score, b, h, q_idx, kv_idx):
-            # blocks on the diagonal are scored before masking, so clamp k > q to a valid index
+            # k > q: scored before masking on diagonal blocks, attended in a prefix; bucket 0, as `relative_position_bucket`
             return score + bias[h, (q_idx - kv_idx).clamp(min=0)]
     if torch.compiler.is_compiling():  # inside a compiled model: dynamo lowers flex_attention itself
         if q.device.type == "cpu":  # inductor's CPU template needs 4-d buffers, not views of the projections
@@ -145,12 +151,16 @@ def causal_attention(q, k, v, mask: torch.Tensor) -> torch.Tensor:
 
 
 def attend(q, k, v, mask) -> torch.Tensor:
-    """Attention of q over k, v (b, h, t, d) under `mask`: additive tensor or None, `CAUSAL`, or `FlexMask`.
-    A tensor mask is causal, as the model's are: query i of the last t positions never sees a later key."""
+    """Attention of q over k, v (b, h, t, d) under `mask`: additive tensor or None, `CAUSAL`, `FlexMask` or
+    `PrefixMask`. A tensor mask is causal, as the model's are: query i of the last t positions never sees a later key."""
     if isinstance(mask, FlexMask):
         return flex_attend(q, k, v, mask)
     if isinstance(mask, str):
         return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    if isinstance(mask, PrefixMask):  # prefix queries see later keys: the causal split below would drop them
+        if mask.bias.requires_grad and q.device.type == "cpu" and torch.is_grad_enabled():
+            return softmax_attention(q, k, v, mask.bias)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask.bias)
     if mask is not None and mask.requires_grad and q.device.type == "cpu" and torch.is_grad_enabled():
         # SDPA's fused CPU kernel has no gradient for the mask, so SDPA would fall back to its math path, which
         # also scales q and k separately and checks every row for being fully masked (every row here keeps its
@@ -256,18 +266,21 @@ class DecoderLM(nn.Module):
 
 # %% ../nbs/02_model.ipynb #3cf38314
 @torch.no_grad()
-def _mask_pattern(q_pos, k_pos, key_padding):
-    "Boolean (b|1, 1, q, k): True where a query may attend to a key."
+def _mask_pattern(q_pos, k_pos, key_padding, prefix_len=None):
+    "Boolean (b|1, 1, q, k): True where a query may attend to a key (both ways within the first `prefix_len[b]` positions)."
     allowed = (k_pos[None, :] <= q_pos[:, None])[None, None]
+    if prefix_len is not None:
+        n = prefix_len[:, None, None, None]
+        allowed = allowed | ((q_pos[:, None] < n) & (k_pos[None, :] < n))
     if key_padding is not None:
         real = key_padding.bool()[:, None, None, :]
         allowed = allowed & (real | (k_pos[None, :] == q_pos[:, None])[None, None])
     return allowed
 
 
-def attention_mask_bias(model: DecoderLM, q_pos, k_pos, key_padding=None, dtype=torch.float32):
-    "The additive mask: position bias + causal and padding masks (-inf where attention is not allowed)."
-    allowed = _mask_pattern(q_pos, k_pos, key_padding)
+def attention_mask_bias(model: DecoderLM, q_pos, k_pos, key_padding=None, dtype=torch.float32, prefix_len=None):
+    "The additive mask: position bias + causal (or prefix) and padding masks (-inf where attention is not allowed)."
+    allowed = _mask_pattern(q_pos, k_pos, key_padding, prefix_len)
     bias = torch.zeros((), dtype=dtype, device=q_pos.device)
     if model.rel_bias is not None:
         bias = model.rel_bias(q_pos, k_pos).to(dtype)
@@ -304,14 +317,26 @@ def causal_block_mask(n: int, device) -> BlockMask:
     return _BLOCK_MASKS[key]
 
 
-def flex_mask(model: DecoderLM, n: int, device) -> FlexMask:
-    "The `FlexMask` of a length-`n` causal pass: block mask and (with `pos_emb='t5'`) the bias by distance."
+def prefix_block_mask(prefix_len: torch.Tensor, n: int, device) -> BlockMask:
+    "FlexAttention's `BlockMask` for `n` positions, causal except within each sequence's first `prefix_len[b]` positions."
+    def allowed(b, h, q_idx, kv_idx):
+        return (kv_idx <= q_idx) | ((q_idx < prefix_len[b]) & (kv_idx < prefix_len[b]))
+    return create_block_mask(allowed, len(prefix_len), None, n, n, device=device)
+
+
+def flex_mask(model: DecoderLM, n: int, device, prefix_len: torch.Tensor | None = None) -> FlexMask:
+    "The `FlexMask` of a length-`n` pass (causal, or with `prefix_len`): block mask and (with `pos_emb='t5'`) the bias by distance."
     bias = model.rel_bias.by_distance(n, device) if model.rel_bias is not None else None
-    return FlexMask(causal_block_mask(n, device), bias)
+    block = causal_block_mask(n, device) if prefix_len is None else prefix_block_mask(prefix_len, n, device)
+    return FlexMask(block, bias)
 
 
-def layer_mask(model: DecoderLM, q_pos, k_pos, key_padding=None, dtype=torch.float32):
-    "What every layer attends with: a `FlexMask`, `CAUSAL`, or the additive `attention_mask_bias`."
+def layer_mask(model: DecoderLM, q_pos, k_pos, key_padding=None, dtype=torch.float32, prefix_len=None):
+    "What every layer attends with: a `FlexMask`, `CAUSAL`, the additive `attention_mask_bias`, or (a prefix) `PrefixMask`."
+    if prefix_len is not None:
+        if key_padding is None and model.cfg.attn_impl == "flex" and q_pos.device.type == "cuda":
+            return flex_mask(model, len(q_pos), q_pos.device, prefix_len)
+        return PrefixMask(attention_mask_bias(model, q_pos, k_pos, key_padding, dtype, prefix_len))
     if key_padding is None and len(q_pos) == len(k_pos):  # no padding, no cached prefix
         if model.cfg.attn_impl == "flex" and q_pos.device.type == "cuda":
             return flex_mask(model, len(q_pos), q_pos.device)
@@ -345,17 +370,22 @@ def cross_entropy(logits: torch.Tensor, targets: torch.Tensor, ignore_index: int
 # %% ../nbs/02_model.ipynb #607ae3f4
 @patch
 def forward(self: DecoderLM, idx: torch.Tensor, targets: torch.Tensor | None = None,
-             attention_mask: torch.Tensor | None = None, cache: KVCache | None = None):
+             attention_mask: torch.Tensor | None = None, cache: KVCache | None = None,
+             prefix_len: torch.Tensor | None = None):
     """Logits (b, t, n_vocab) and, if `targets` is given, the mean cross-entropy (ignore_index -100); the logits
     then come back detached, for reading: the gradient flows through the loss. With a `cache`, `attention_mask`
-    is read at the first call (the prompt); later positions are real tokens."""
+    is read at the first call (the prompt); later positions are real tokens. `prefix_len` (b,): the first
+    `prefix_len[i]` positions of sequence i attend to each other both ways (a prefix LM); None: causal."""
     start, t = (cache.length if cache is not None else 0), idx.shape[1]
+    if prefix_len is not None and start > 0:
+        raise ValueError(f"prefix_len is read at the first call (the prompt); this call starts at position {start}")
     q_pos = torch.arange(start, start + t, device=idx.device)
     x = self.embed(idx)
     if cache is not None and start > 0 and t == 1:  # a decoding step: cut from what the cache keeps
         mask = cache.step_mask()
     else:
-        mask = layer_mask(self, q_pos, torch.arange(0, start + t, device=idx.device), attention_mask, dtype=x.dtype)
+        mask = layer_mask(self, q_pos, torch.arange(0, start + t, device=idx.device), attention_mask, dtype=x.dtype,
+                          prefix_len=prefix_len)
         if cache is not None and start == 0:
             cache_masks(self, cache, attention_mask, x.dtype)
     for i, layer in enumerate(self.layers):

@@ -52,18 +52,18 @@ def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
         group["lr"] = lr
 
 # %% ../nbs/02d_optim.ipynb #23cc9133
-def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, micro_batches: list[tuple[torch.Tensor, torch.Tensor]],
+def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, micro_batches: list[tuple[torch.Tensor, ...]],
                grad_clip: float = 1.0, precision=contextlib.nullcontext, params=None,
                before_update=None) -> tuple[torch.Tensor, torch.Tensor]:
-    "Accumulate gradients over `micro_batches` of (inputs, targets), clip, step; returns (mean loss, grad norm)."
+    "Accumulate gradients over `micro_batches` of (inputs, targets[, prefix_len]), clip, step; returns (mean loss, grad norm)."
     params = list(params if params is not None else model.parameters())
     total = torch.zeros((), device=params[0].device)
-    for i, (x, y) in enumerate(micro_batches):
+    for i, (x, y, *prefix_len) in enumerate(micro_batches):  # UL2's micro-batches carry prefix lengths
         last = i == len(micro_batches) - 1
         sync = contextlib.nullcontext() if last or not hasattr(model, "no_sync") else model.no_sync()
         with sync:
             with precision():
-                _, loss = model(x, y)
+                _, loss = model(x, y, prefix_len=prefix_len[0]) if prefix_len else model(x, y)
             (loss / len(micro_batches)).backward()
         total += loss.detach().float()
     loss = total / len(micro_batches)

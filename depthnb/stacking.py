@@ -27,6 +27,7 @@ from .schedules import speedup, stack_config, stage_depths, stage_schedule
 from .devices import init_distributed, resolve_device
 from .optim import make_optimizer
 from .train import finished_run, job_lock, pretrain
+from .ul2 import reserved_ids
 
 # %% auto #0
 __all__ = ['Stage', 'stack_stages', 'stage_config', 'grow_state', 'stage_state', 'stack_train', 'stack_pretrain_config',
@@ -183,7 +184,8 @@ def stack_pretrain_config(preset: Preset | str, seed: int = 0, looped: bool = Fa
     "The final model's `PretrainConfig` of a preset's stacking study (baseline widths; `looped`: shared layers)."
     p = get_preset(preset)
     pc = p.pretrain
-    model = replace(stack_config(p.stack_size_class, p.stack_layers, pc.model), n_vocab=pc.data.vocab_size,
+    model = replace(stack_config(p.stack_size_class, p.stack_layers, pc.model),
+                    n_vocab=pc.data.vocab_size + reserved_ids(pc.objective),
                     share_layers=looped)
     return replace(pc, model=model, seed=seed, device=pc.device if pc.device != "auto" else p.device)
 

@@ -31,6 +31,7 @@ from .runs import (KEEP_CHECKPOINTS, MetricsLog, check_free_space, free_space, i
                           save_weights, set_rng_state, step_file, write_or_check_config)
 from .schedules import snapshot_steps
 from .data import prepare_pretraining
+from .ul2 import UL2, reserved_ids
 
 
 # %% auto #0
@@ -253,9 +254,13 @@ def pretrain_hooks(config: PretrainConfig, data, device: torch.device, precision
     "Pretraining's batches, held-out evaluation, `train` records and model wrapping (`data`: a `PretrainingData`)."
     micro = _micro_batch_size(config, info.world)
     tokens_per_step, peak = config.batch_size * config.model.n_ctx, peak_flops(device)
+    ul2 = UL2(config.data.vocab_size, config.seed, n_vocab=config.model.n_vocab) if config.objective == "ul2" else None
 
-    def batch(s: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        tokens = data.train.batch(s, config.batch_size, info.rank, info.world).to(device, non_blocking=True)
+    def batch(s: int) -> list[tuple[torch.Tensor, ...]]:
+        tokens = data.train.batch(s, config.batch_size, info.rank, info.world)
+        if ul2 is not None:  # rows keyed by their index in the global batch: the same on any number of ranks
+            return ul2(tokens, s, first_row=info.rank * tokens.shape[0]).micro_batches(micro, device)
+        tokens = tokens.to(device, non_blocking=True)
         return [(c[:, :-1], c[:, 1:]) for c in tokens.split(micro)]
 
     def evaluate(model: nn.Module) -> dict[str, float]:
@@ -328,7 +333,8 @@ def pretrain_config(preset: Preset | str, size_class, n_layers: int, seed: int =
     "The `PretrainConfig` of the `n_layers`-deep model of `size_class` in `preset`, with `seed`."
     p = get_preset(preset)
     pc = p.pretrain
-    model = replace(model_config(preset_size_class(p, size_class), n_layers, base=pc.model), n_vocab=pc.data.vocab_size)
+    model = replace(model_config(preset_size_class(p, size_class), n_layers, base=pc.model),
+                    n_vocab=pc.data.vocab_size + reserved_ids(pc.objective))  # UL2: its mode tokens and sentinels
     return replace(pc, model=model, seed=seed, device=pc.device if pc.device != "auto" else p.device)
 
 
