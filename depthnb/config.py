@@ -109,9 +109,11 @@ class PretrainConfig:
     compile: bool = True
     fused_optimizer: bool = True
     tf32: bool = True
+    parallel: str = "ddp"  # "ddp": weights replicated per process; "fsdp": weights, optimizer state, checkpoints sharded
 
     def __post_init__(self):
         check_choice("PretrainConfig.optimizer", self.optimizer, ("adamw", "adafactor"))
+        check_choice("PretrainConfig.parallel", self.parallel, ("ddp", "fsdp"))
         check_choice("PretrainConfig.snapshot_spacing", self.snapshot_spacing, ("log", "linear"))
         check_range("PretrainConfig.steps", self.steps, lo=1)
         check_range("PretrainConfig.batch_size", self.batch_size, lo=1)
