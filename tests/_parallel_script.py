@@ -5,12 +5,14 @@ usage: torchrun ... tests/_parallel_script.py train RUN_DIR [--crash-at S] [--ha
        torchrun ... tests/_parallel_script.py grow OUT_JSON"""
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
 from types import SimpleNamespace
 
 import torch
+import torch.distributed as dist
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_optimizer_state_dict
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -37,13 +39,13 @@ def stack_run_config(parallel_mode: str):
 
 
 def hang_in_save(step: int, marker: Path):
-    "Make `dcp.save` of step `step` write everything, then hang before the rename (for the SIGKILL test)."
+    "Make `dcp.save` of step `step` write everything, then hang before the rename, its pid in `marker` (for the SIGKILL test)."
     real = parallel.dcp
 
     def save(state, checkpoint_id):
         real.save(state, checkpoint_id=checkpoint_id)
         if f"step_{step:08d}" in str(checkpoint_id):
-            marker.touch()
+            marker.with_name(f"{marker.name}.{dist.get_rank()}").write_text(str(os.getpid()))
             time.sleep(600)
     parallel.dcp = SimpleNamespace(save=save, load=real.load)
 
