@@ -102,10 +102,12 @@ class PretrainConfig:
     compile: bool = True
     fused_optimizer: bool = True
     tf32: bool = True
+    parallel: str = "ddp"  # "ddp": weights replicated per process; "fsdp": weights, optimizer state, checkpoints sharded
     objective: str = "clm"  # "clm": causal LM; "ul2": UL2's mixture of denoisers (Saunshi et al. App. A; depthnb.ul2)
 
     def __post_init__(self):
         check_choice("PretrainConfig.optimizer", self.optimizer, ("adamw", "adafactor"))
+        check_choice("PretrainConfig.parallel", self.parallel, ("ddp", "fsdp"))
         check_choice("PretrainConfig.snapshot_spacing", self.snapshot_spacing, ("log", "linear"))
         check_choice("PretrainConfig.objective", self.objective, ("clm", "ul2"))
         check_range("PretrainConfig.steps", self.steps, lo=1)

@@ -61,6 +61,8 @@ def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, micro_batches
     for i, (x, y, *prefix_len) in enumerate(micro_batches):  # UL2's micro-batches carry prefix lengths
         last = i == len(micro_batches) - 1
         sync = contextlib.nullcontext() if last or not hasattr(model, "no_sync") else model.no_sync()
+        if hasattr(model, "set_requires_gradient_sync"):  # FSDP2: reduce-scatter gradients after the last one only
+            model.set_requires_gradient_sync(last)
         with sync:
             with precision():
                 _, loss = model(x, y, prefix_len=prefix_len[0]) if prefix_len else model(x, y)

@@ -38,8 +38,8 @@ __all__ = ['KEEP_CHECKPOINTS', 'pretrain_run_dir', 'finetune_run_dir', 'stack_ru
            'sha256_file', 'atomic_write', 'atomic_write_text', 'file_lock', 'save_verified', 'load_verified',
            'rng_state', 'set_rng_state', 'ConfigMismatchError', 'write_or_check_config', 'read_config', 'MetricsLog',
            'json_lines', 'read_metrics', 'mark_done', 'is_done', 'read_done', 'step_file', 'save_checkpoint',
-           'latest_checkpoint', 'save_weights', 'model_from_state', 'load_model', 'source_run_dir', 'RunInUseError',
-           'run_lock']
+           'latest_checkpoint', 'save_weights', 'sharded_checkpoint_dir', 'model_from_state', 'load_model',
+           'source_run_dir', 'RunInUseError', 'run_lock']
 
 # %% ../nbs/02a_runs.ipynb #1dc9a379
 def pretrain_run_dir(preset: Preset | str, size_class, n_layers: int, seed: int = 0) -> Path:
@@ -331,9 +331,15 @@ def latest_checkpoint(run_dir: Path | str, log=print) -> tuple[Path | None, dict
     return None, None
 
 
-def save_weights(path: Path | str, model: DecoderLM, step: int, **extra) -> Path:
-    "Save `model`'s weights and config (what `load_model` reads) atomically."
-    return save_verified(dict(model_config=to_dict(model.cfg), model=model.state_dict(), step=step, **extra), path)
+def save_weights(path: Path | str, model: DecoderLM, step: int, state_dict: dict | None = None, **extra) -> Path:
+    "Save `model`'s weights (or `state_dict`, its full weights when `model` is sharded) and config atomically: what `load_model` reads."
+    weights = model.state_dict() if state_dict is None else state_dict
+    return save_verified(dict(model_config=to_dict(model.cfg), model=weights, step=step, **extra), path)
+
+
+def sharded_checkpoint_dir(run_dir: Path | str, step: int) -> Path:
+    "`run_dir/checkpoints/step_<step>.dcp`: the folder of a sharded (FSDP) checkpoint, written by `depthnb.parallel`."
+    return Path(run_dir) / "checkpoints" / f"step_{step:08d}.dcp"
 
 # %% ../nbs/02a_runs.ipynb #0d7d30ec
 def model_from_state(state: dict) -> DecoderLM:

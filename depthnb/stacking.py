@@ -21,10 +21,11 @@ from .presets import get_preset, method_stack
 from .data import prepare_pretraining
 from .growth import grow
 from .model import DecoderLM
-from .runs import (atomic_write, is_done, json_lines, latest_checkpoint, mark_done, read_config, read_done,
+from .runs import (atomic_write, is_done, json_lines, mark_done, read_config, read_done,
                           read_metrics, save_weights, stack_run_dir, write_or_check_config)
 from .schedules import speedup, stack_config, stage_depths, stage_schedule
-from .devices import init_distributed, resolve_device
+from .devices import resolve_device
+from .parallel import checkpoints_for, init_parallel
 from .optim import make_optimizer
 from .train import finished_run, job_lock, pretrain
 from .ul2 import reserved_ids
@@ -67,12 +68,16 @@ def stage_config(config: PretrainConfig, n_layers: int) -> PretrainConfig:
 def grow_state(model: DecoderLM, optimizer_state: dict | None, config: PretrainConfig,
                stack: StackConfig) -> tuple[DecoderLM, dict]:
     "The next stage's initialization: `model` grown by `stack.method` and its optimizer state (carried or reset)."
-    opt = make_optimizer(model, config.optimizer, config.lr, config.weight_decay, (config.beta1, config.beta2),
-                         fused=config.fused_optimizer)
+    opt = _optimizer(model, config)
     if optimizer_state is not None:
         opt.load_state_dict(optimizer_state)
     grown, new = grow(model, stack.method, stack.block_size, opt, reset_optimizer=stack.reset_optimizer)
     return grown, new.state_dict()
+
+
+def _optimizer(model: DecoderLM, config: PretrainConfig) -> torch.optim.Optimizer:
+    return make_optimizer(model, config.optimizer, config.lr, config.weight_decay, (config.beta1, config.beta2),
+                          fused=config.fused_optimizer)
 
 
 def _fresh_model(config: PretrainConfig) -> DecoderLM:
@@ -82,14 +87,15 @@ def _fresh_model(config: PretrainConfig) -> DecoderLM:
 
 
 def stage_state(stage_dir: Path, config: PretrainConfig, stage: Stage, device) -> tuple[DecoderLM, dict]:
-    "Weights and optimizer state at the end of a finished stage (its last checkpoint)."
-    path, state = latest_checkpoint(stage_dir)
+    """Full weights and optimizer state at the end of a finished stage (its last checkpoint, sharded or not): what
+    growth reads. Under FSDP they stay on the CPU until the next stage shards them."""
+    model = DecoderLM(stage_config(config, stage.n_layers).model)
+    optimizer = _optimizer(model, config)
+    state = checkpoints_for(config.parallel).load(stage_dir, model, optimizer)
     if state is None or state["step"] != stage.stop:
         raise RuntimeError(f"{stage_dir}: the stage is finished but its newest valid checkpoint is "
                            f"{'missing' if state is None else 'at step ' + str(state['step'])}, not at step {stage.stop}")
-    model = DecoderLM(stage_config(config, stage.n_layers).model)
-    model.load_state_dict(state["model"])
-    return model.to(device), state["optimizer"]
+    return model.to(device if config.parallel == "ddp" else "cpu"), optimizer.state_dict()
 
 # %% ../nbs/06b_stacking.ipynb #20ca93f4
 def _quiet(*args, **kwargs):
@@ -124,7 +130,7 @@ def stack_train(config: PretrainConfig, stack: StackConfig, run_dir: Path | str,
     if config.model.share_layers and stack.method != "baseline":
         raise ValueError(f"stack_train: a looped model (share_layers=True) cannot be grown; use method='baseline', "
                          f"not {stack.method!r}")
-    info = init_distributed(config.device)
+    info = init_parallel(config.device, config.parallel)
     with job_lock(run_dir, info):
         return _stack_train(config, stack, run_dir, info, data, progress, log if info.main else _quiet)
 
@@ -156,7 +162,7 @@ def _stack_train(config: PretrainConfig, stack: StackConfig, run_dir: Path, info
         if st.steps == 0:
             say(f"{run_dir.name}: stage {st.stage}/{len(stages)} ({st.n_layers} layers) has no steps; growing on")
             continue
-        resumed = any((sdir / "checkpoints").glob("step_*.pt"))
+        resumed = any((sdir / "checkpoints").glob("step_*.pt")) or any((sdir / "checkpoints").glob("step_*.dcp"))
         say(f"{run_dir.name}: stage {st.stage}/{len(stages)}: {st.n_layers} layers, steps [{st.start}, {st.stop})")
         pretrain(stage_config(config, st.n_layers), sdir, init_model=model, init_optimizer_state=opt_state,
                  start_step=st.start, stop_step=st.stop, data=data, progress=progress, log=say)

@@ -21,14 +21,15 @@ from tqdm.auto import tqdm
 from .commands import CommandParser, UsageError, add_family_args, family_from_args, require_one_run, run_each
 from .config import Preset, PretrainConfig, config_diff, to_dict
 from .presets import get_preset, preset_size_class
-from .devices import (DistInfo, all_reduce_sum, autocast, configure_backends, init_distributed, maybe_compile, mfu,
+from .devices import (DistInfo, all_reduce_sum, autocast, configure_backends, maybe_compile, mfu,
                              peak_flops, resolve_device)
 from .model import DecoderLM
 from .optim import lr_at, make_optimizer, set_lr, train_step
 from .solver import model_config
-from .runs import (KEEP_CHECKPOINTS, MetricsLog, check_free_space, free_space, is_done, latest_checkpoint,
-                          load_model, mark_done, pretrain_run_dir, read_done, rng_state, run_lock, save_checkpoint,
-                          save_weights, set_rng_state, step_file, write_or_check_config)
+from .runs import (KEEP_CHECKPOINTS, MetricsLog, check_free_space, free_space, is_done, load_model, mark_done,
+                          pretrain_run_dir, read_done, rng_state, run_lock, set_rng_state, step_file,
+                          write_or_check_config)
+from .parallel import FullCheckpoints, ShardedCheckpoints, checkpoints_for, init_parallel, prepare_training
 from .schedules import snapshot_steps
 from .data import prepare_pretraining
 from .ul2 import UL2, reserved_ids
@@ -144,20 +145,19 @@ class LoopHooks:
     evaluate: Callable[[nn.Module], dict[str, float]]  # model -> mean loss of each evaluation split
     train_record: Callable[[Window], dict]  # a logging window -> its `train` metrics record
     wrap: Callable[[nn.Module], nn.Module] = lambda model: model  # model -> what runs the steps (DDP, compiled)
+    checkpoints: FullCheckpoints | ShardedCheckpoints = FullCheckpoints()  # how checkpoints and weights are written
 
 # %% ../nbs/05_train.ipynb #0c5b208b
 def resume(run_dir: Path, model: nn.Module, optimizer: torch.optim.Optimizer, schedule: LoopSchedule,
-           say=print) -> tuple[int | None, float]:
+           say=print, checkpoints: FullCheckpoints | ShardedCheckpoints = FullCheckpoints()) -> tuple[int | None, float]:
     "Load `run_dir`'s newest good checkpoint into `model`, `optimizer` and the random generators; (its step, training seconds), or (None, 0.0)."
-    path, state = latest_checkpoint(run_dir, log=say)
+    state = checkpoints.load(run_dir, model, optimizer, log=say)  # replaces any initial optimizer state the caller loaded
     if state is None:
         return None, 0.0
     if not schedule.begin <= state["step"] <= schedule.stop:
-        raise ValueError(f"{path} is at step {state['step']}, outside this call's steps [{schedule.begin}, {schedule.stop}]")
-    model.load_state_dict(state["model"])
-    optimizer.load_state_dict(state["optimizer"])  # replaces any initial state the caller loaded
+        raise ValueError(f"{state['path']} is at step {state['step']}, outside this call's steps [{schedule.begin}, {schedule.stop}]")
     set_rng_state(state["rng"])
-    say(f"{run_dir}: resuming from {path.name} (step {state['step']} of {schedule.stop})")
+    say(f"{run_dir}: resuming from {state['path'].name} (step {state['step']} of {schedule.stop})")
     return state["step"], state.get("elapsed_s", 0.0)
 
 
@@ -171,7 +171,7 @@ def train_loop(run_dir: Path | str, model: DecoderLM, optimizer: torch.optim.Opt
         check_free_space(run_dir, need, "this run's checkpoints and snapshots")
         say(f"{run_dir}: checkpoints and snapshots need up to {need / 2**20:,.0f} MiB; "
             f"{free_space(run_dir) / 2**20:,.0f} MiB free")
-    last_ckpt, elapsed = resume(run_dir, model, optimizer, schedule, say)
+    last_ckpt, elapsed = resume(run_dir, model, optimizer, schedule, say, hooks.checkpoints)
     begin = schedule.begin if last_ckpt is None else last_ckpt
     metrics = MetricsLog(run_dir)
     if info.main:
@@ -206,22 +206,21 @@ def train_loop(run_dir: Path | str, model: DecoderLM, optimizer: torch.optim.Opt
             for split, loss in hooks.evaluate(model).items():
                 if info.main:
                     metrics.write(kind="eval", step=step, split=split, loss=loss, ppl=math.exp(min(loss, 700)))
-        if step in schedule.snapshots and info.main:
+        if step in schedule.snapshots:
             rel = Path("snapshots") / step_file(step)
-            save_weights(run_dir / rel, model, step=step)
-            metrics.write(kind="snapshot", step=step, path=str(rel))
-        if schedule.checkpoints(step):
+            hooks.checkpoints.save_weights(run_dir / rel, model, step, info)
             if info.main:
-                save_checkpoint(run_dir, dict(step=step, model=model.state_dict(), optimizer=optimizer.state_dict(),
-                                              scheduler=dict(step=step, steps=schedule.steps), data_position=step,
-                                              rng=rng_state(), elapsed_s=elapsed, config=config))
+                metrics.write(kind="snapshot", step=step, path=str(rel))
+        if schedule.checkpoints(step):
+            hooks.checkpoints.save(run_dir, model, optimizer, dict(step=step, scheduler=dict(step=step, steps=schedule.steps),
+                                   data_position=step, rng=rng_state(), elapsed_s=elapsed, config=config), info)
             last_ckpt = step
             if info.world > 1:
                 dist.barrier()
     bar.close()
     metrics.close()
+    hooks.checkpoints.save_weights(run_dir / "final.pt", model, schedule.stop, info)
     if info.main:
-        save_weights(run_dir / "final.pt", model, step=schedule.stop)
         mark_done(run_dir, step=schedule.stop, elapsed_s=elapsed)
     if info.world > 1:
         dist.barrier()
@@ -274,11 +273,11 @@ def pretrain_hooks(config: PretrainConfig, data, device: torch.device, precision
                     elapsed_s=w.elapsed_s)
 
     def wrap(model: nn.Module) -> nn.Module:
-        if info.world > 1:
+        if info.world > 1 and config.parallel == "ddp":  # under FSDP the model is sharded already
             model = nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
         return maybe_compile(model, config.compile, device)
 
-    return LoopHooks(batch, evaluate, train_record, wrap)
+    return LoopHooks(batch, evaluate, train_record, wrap, checkpoints_for(config.parallel))
 
 # %% ../nbs/05_train.ipynb #285e83c1
 def pretrain_record(config: PretrainConfig, start_step: int, stop_step: int) -> dict:
@@ -302,7 +301,7 @@ def pretrain(config: PretrainConfig, run_dir: Path | str, *, init_model: Decoder
     stop = config.steps if stop_step is None else stop_step
     if not 0 <= start_step < stop <= config.steps:
         raise ValueError(f"need 0 <= start_step < stop_step <= config.steps, got {start_step}, {stop}, {config.steps}")
-    info = init_distributed(config.device)
+    info = init_parallel(config.device, config.parallel)
     with job_lock(run_dir, info):
         return _pretrain(config, Path(run_dir), info, init_model, init_optimizer_state, start_step, stop, data,
                          progress, log if info.main else (lambda *a, **k: None))
@@ -319,11 +318,11 @@ def _pretrain(config: PretrainConfig, run_dir: Path, info: DistInfo, init_model,
     if data is None:
         data = prepare_pretraining(config.data, config.model.n_ctx, progress=progress and info.main, log=say)
     hooks = pretrain_hooks(config, data, device, precision, info)
-    model = _initial_model(config, init_model).to(device).train()
-    optimizer = make_optimizer(model, config.optimizer, config.lr, config.weight_decay,
-                               (config.beta1, config.beta2), fused=config.fused_optimizer)
-    if init_optimizer_state is not None:
-        optimizer.load_state_dict(init_optimizer_state)
+    model, optimizer = prepare_training(
+        _initial_model(config, init_model).train(),
+        lambda m: make_optimizer(m, config.optimizer, config.lr, config.weight_decay, (config.beta1, config.beta2),
+                                 fused=config.fused_optimizer),
+        init_optimizer_state, config.parallel, device, config.bf16)
     return train_loop(run_dir, model, optimizer, pretrain_schedule(config, start_step, stop), hooks,
                       config=to_dict(config), grad_clip=config.grad_clip, precision=precision, info=info,
                       progress=progress, say=say)
