@@ -14,6 +14,7 @@ from .bench import cli_bench
 from .data import cli_data
 from .finetune import check_tasks, cli_evaluate, cli_finetune
 from .plan import cli_plan
+from .tasks import parse_task
 from .stacking import cli_stack
 from .train import cli_pretrain
 
@@ -62,11 +63,18 @@ def cli_reproduce(argv: list[str] | None = None) -> int:
     def command(args) -> int:
         preset = preset_from_args(args)  # a bad --preset, --set or task is refused before any notebook runs
         check_tasks([*preset.tasks, preset.control_task])
+        overrides = dict(kv.split("=", 1) for kv in args.overrides)
+        # the notebooks run in nbs/experiments/: a task folder given relative to here must reach them absolute
+        tasks = tuple(parse_task(t).spec for t in preset.tasks)
+        if tasks != tuple(preset.tasks):
+            overrides["tasks"] = repr(tasks)
+        if parse_task(preset.control_task).spec != preset.control_task:
+            overrides["control_task"] = parse_task(preset.control_task).spec
         only = choices(args.only, "experiment", [e.name for e in EXPERIMENTS]) or None
         if args.seeds is not None and args.seeds < 1:
             raise UsageError(f"--seeds {args.seeds}: out of range; allowed: integers ≥ 1")
         try:
-            reproduce(args.preset, only=only, seeds=args.seeds, overrides=dict(kv.split("=", 1) for kv in args.overrides),
+            reproduce(args.preset, only=only, seeds=args.seeds, overrides=overrides,
                       runs_dir=args.runs_dir, figures_dir=args.figures_dir)
         except ExperimentFailed as e:
             if args.debug:

@@ -198,20 +198,48 @@ def figure_relative_perplexity(runs: pd.DataFrame):
     return fig
 
 # %% ../nbs/09_plots.ipynb #895f326f
-def figure_generalization(results: pd.DataFrame, tasks: Sequence[str] | None = None):
-    "Petty et al. Figure 4: gen accuracy vs depth, a panel per task, a line per size class (95% CI over seeds)."
+def _wrap_title(text: str, width: int = 20) -> str:
+    "`text` broken into lines of about `width` characters, at spaces or after underscores (category names)."
+    pieces = [""]
+    for ch in text:  # words, each with the separators that follow it
+        if pieces[-1] and pieces[-1][-1] in "_ " and ch not in "_ ":
+            pieces.append("")
+        pieces[-1] += ch
+    lines = [""]
+    for piece in pieces:
+        if lines[-1] and len(lines[-1]) + len(piece.rstrip()) > width:
+            lines.append("")
+        lines[-1] += piece
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def figure_generalization(results: pd.DataFrame, tasks: Sequence[str] | None = None, ncols: int = 4,
+                          panel_width: float = 3.3):
+    """Petty et al. Figure 4: gen accuracy vs depth, a panel per task (rows of at most `ncols` panels, `panel_width`
+    inches each), a line per size class (95% CI over seeds)."""
     summary = accuracy_by_depth(results)
     tasks = [t for t in (tasks or TASK_NAMES) if t in set(summary.task)] or sorted(summary.task.unique())
-    fig, axes = plt.subplots(1, len(tasks), figsize=(3.3 * len(tasks) + 0.6, 3.5), squeeze=False)
-    for ax, task in zip(axes[0], tasks):
+    ncols = min(ncols, len(tasks))
+    nrows = math.ceil(len(tasks) / ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(panel_width * ncols + 0.6, (0.85 * panel_width + 0.7) * nrows),
+                             squeeze=False, sharey=True)
+    for ax, task in zip(axes.flat, tasks):
         g_task = summary[summary.task == task]
         for name, g in _by_class(g_task):
             _errorbar(ax, g.n_layers, 100 * g.accuracy, 100 * g.ci, bounds=(0, 100), color=_class_color(name), label=name)
         _depth_axis(ax, g_task.n_layers)
-        ax.set(title=TASK_NAMES.get(task, task), ylim=(-3, 103))
-    axes[0, 0].set_ylabel("generalization accuracy (%)")
-    axes[0, -1].legend(title="size class", loc="lower right")
+        ax.set(title=_wrap_title(TASK_NAMES.get(task, task), int(7 * panel_width)), ylim=(-3, 103))
+    for ax in axes.flat[len(tasks):]:  # the last row's empty places
+        ax.remove()
+    for row in axes:
+        row[0].set_ylabel("generalization accuracy (%)" if nrows == 1 else "gen. accuracy (%)")
+    if nrows == 1:
+        axes[0, -1].legend(title="size class", loc="lower right")
+        fig.tight_layout()
+        return fig
     fig.tight_layout()
+    handles, labels = axes[0, 0].get_legend_handles_labels()  # above the grid, clear of every panel
+    fig.legend(handles, labels, title="size class", loc="lower center", ncol=len(labels), bbox_to_anchor=(0.5, 1.0))
     return fig
 
 # %% ../nbs/09_plots.ipynb #4f9bf2b0

@@ -15,7 +15,8 @@ import torch
 
 from .analysis import isoplot_frame, layer_similarity, layer_update_similarity
 from .config import Preset, PretrainConfig, PrimitiveConfig, from_dict, to_dict
-from .finetune import evaluate_run, finetune, finetune_config, run_tokenizer
+from .finetune import evaluate_run, finetune_config, finetune_on, run_tokenizer
+from .tasks import task_name
 from .model import DecoderLM
 from .primitives import PRIMITIVE_TASKS, evaluate_task, finetune_primitives, table6_rows
 from .runs import (atomic_write, is_done, load_model, read_config, read_metrics, source_run_dir,
@@ -223,11 +224,12 @@ def table1(runs: dict[str, Path], baseline: str = "baseline", split: str = "enwi
 
 # %% ../nbs/06c_stack_results.ipynb #95e09834
 def stack_finetune_job(preset: Preset | str, method: str, task: str, seed: int = 0, stack_seed: int = 0) -> dict:
-    "Fine-tune a finished stacking-study run on `task` (or find it done) and score its generalization split."
+    """Fine-tune a finished stacking-study run on `task` (built-in, folder or `hf:`; or find it done) and score its
+    generalization split."""
     source = stack_run_dir(preset, method, stack_seed)
     if not is_done(source):
         raise RuntimeError(f"{source}: the stacking run has not finished (run stack_job / `depthnb stack` first)")
-    run_dir = stack_finetune_run_dir(preset, method, task, seed, stack_seed)
-    finetune(source, task, finetune_config(preset, seed, task), run_dir, progress=False, log=_quiet)
+    run_dir = stack_finetune_run_dir(preset, method, task_name(task), seed, stack_seed)  # a folder: its name, not its path
+    finetune_on(source, task, finetune_config(preset, seed, task), run_dir, progress=False, log=_quiet)
     res = evaluate_run(run_dir, log=_quiet)
-    return dict(method=method, task=task, seed=seed, run_dir=str(run_dir), **res)
+    return {**res, "method": method, "task": task_name(task), "seed": seed, "run_dir": str(run_dir)}

@@ -271,28 +271,34 @@ _TABLE1 = {"COGS": ("cogs", "train", "A hedgehog ate the cake on the bed ."),
            "English Passivization": ("passivization", "train", "our vultures admired her walrus above some zebra . passiv")}
 
 
-def petty_table1() -> pd.DataFrame:
-    "Petty et al. Table 1: one real input/target pair per dataset, found in our files."
+def petty_table1(tasks: Iterable[str] = ()) -> pd.DataFrame:
+    """Petty et al. Table 1: one real input/target pair per dataset, found in our files; then, for each task of
+    `tasks` that is not built in (a folder or `hf:`, see below), the first example of its train split."""
     rows = []
     for label, (task, split, x) in _TABLE1.items():
         ds = load_task(task, splits=[split])[split]
         i = ds["input"].index(x)
         rows.append(dict(dataset=label, x=x, y=ds[i]["target"], source=f"{task}/{split} example {i + 1}"))
+    for task in dict.fromkeys(t for t in tasks if t not in TASKS):
+        first = task_dataset(task)["train"][0]
+        rows.append(dict(dataset=task_name(task), x=first["input"], y=first["target"],
+                         source=f"{task_name(task)}/train example 1"))
     return pd.DataFrame(rows).set_index("dataset")
 
 # %% ../nbs/03a_tasks.ipynb #089748a0
 def task_token_report(tokenizer: Tokenizer, tasks: Iterable[str] = TASKS, limit: int | None = None) -> pd.DataFrame:
-    "Per task split: examples, mean/max input and target tokens, and targets that fail to round-trip."
+    "Per task split (any task argument: built in, a folder or `hf:`): examples, mean/max input and target tokens, and targets that fail to round-trip."
     rows = []
-    for name in tasks:
-        for split, ds in load_task(name).items():
+    for task in tasks:
+        dataset = load_task(task) if task in TASKS else task_dataset(task)  # task_dataset: defined with the own tasks below
+        for split, ds in dataset.items():
             n = len(ds) if limit is None else min(limit, len(ds))
             xs, ys = ds["input"][:n], ds["target"][:n]
             x_ids, y_ids = tokenizer.encode_batch(xs), tokenizer.encode_batch(ys)
             bad = sum(a != b for a, b in zip(tokenizer.decode_batch(y_ids), ys))
             lx, ly = np.array([len(i) for i in x_ids]), np.array([len(i) for i in y_ids])
-            rows.append(dict(task=name, split=split, examples=n, input_tokens_mean=lx.mean(),
-                             target_tokens_mean=ly.mean(), target_tokens_max=int(ly.max()),
+            rows.append(dict(task=task if task in TASKS else task_name(task), split=split, examples=n,
+                             input_tokens_mean=lx.mean(), target_tokens_mean=ly.mean(), target_tokens_max=int(ly.max()),
                              target_tokens_total=int(ly.sum()), round_trip_failures=bad))
     return pd.DataFrame(rows).set_index(["task", "split"])
 
