@@ -1,0 +1,296 @@
+"""Every verdict rule of depthnb.claims against its null: on data with no effect (depth labels shuffled within a
+seed, identical across depths, at the floor, the statistic at initialization) it must not say "holds" more often
+than the nominal 5%; on a clear effect it must say "holds"; where the interval excludes the paper's effect size,
+"does not hold"."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from depthnb.claims import (FLOOR, Interval, claim_depth_generalizes, claim_depth_lowers_ppl, claim_diminishing_returns,
+                            claim_equal_loss, claim_equal_ppl, claim_latency_linear, claim_lexical_not_structural,
+                            claim_midas_beats_gradstack, claim_midas_cogs, claim_midas_loss_near_baseline,
+                            claim_narrow_degrades, claim_rank_deficient, claim_saturation, claim_structural_near_zero,
+                            half_width, interval_verdict, seeds_for_half_width, shuffle_within_seed, t_interval)
+
+DEPTHS = (1, 2, 3, 4, 6)
+DRAWS = 300
+NOMINAL = 0.05
+# the 95% binomial upper bound of a false-"holds" rate of 5% over DRAWS draws: the rate may not exceed it
+RATE_BOUND = NOMINAL + 1.96 * np.sqrt(NOMINAL * (1 - NOMINAL) / DRAWS)
+
+
+def rate(verdicts, verdict="holds") -> float:
+    return float(np.mean([v == verdict for v in verdicts]))
+
+
+def accuracy_table(mean_by_depth, seeds=5, noise=0.05, rng=None, task="geoquery", depths=DEPTHS) -> pd.DataFrame:
+    "A finetune_accuracy-like table: accuracy per (depth, seed) = the depth's mean + a seed effect + noise, in [0, 1]."
+    rng = rng or np.random.default_rng(0)
+    rows = []
+    for s in range(seeds):
+        seed_effect = rng.normal(0, noise)
+        for d in depths:
+            acc = np.clip(mean_by_depth(d) + seed_effect + rng.normal(0, noise), 0, 1)
+            rows.append(dict(size_class="c", task=task, n_layers=d, seed=s, accuracy=acc))
+    return pd.DataFrame(rows)
+
+
+# --- the interval rule itself -------------------------------------------------------------------------------------
+
+def test_interval_verdict_null_rate():
+    rng = np.random.default_rng(1)
+    verdicts = [interval_verdict(t_interval(rng.normal(0, 1, size=n)), effect=2.0)
+                for n in (2, 3, 5, 8) for _ in range(DRAWS)]
+    assert rate(verdicts) <= RATE_BOUND / 2 + 0.01  # one-sided: 2.5% nominal
+
+
+def test_interval_verdict_decides_both_ways():
+    assert interval_verdict(t_interval([1.0, 1.1, 0.9, 1.05])) == "holds"
+    assert interval_verdict(t_interval([0.01, -0.02, 0.0, 0.01]), effect=0.3) == "does not hold"
+    assert interval_verdict(t_interval([0.5])) == "inconclusive"  # one seed: no interval
+    assert interval_verdict(Interval(0.2, float("nan"), float("nan"), 1)) == "inconclusive"
+
+
+# --- Fig. 4: deeper generalizes better ------------------------------------------------------------------------------
+
+def test_depth_generalizes_null_shuffled_within_seed():
+    rng = np.random.default_rng(2)
+    effect = accuracy_table(lambda d: 0.3 + 0.08 * d, rng=rng)
+    verdicts = [claim_depth_generalizes(shuffle_within_seed(effect, rng))[1] for _ in range(DRAWS)]
+    assert rate(verdicts) <= RATE_BOUND
+
+
+def test_depth_generalizes_null_no_depth_effect():
+    rng = np.random.default_rng(3)
+    verdicts = [claim_depth_generalizes(accuracy_table(lambda d: 0.5, seeds=n, rng=rng))[1]
+                for n in (2, 3, 5) for _ in range(DRAWS // 3)]
+    assert rate(verdicts) <= RATE_BOUND
+
+
+def test_depth_generalizes_identical_depths_never_holds():
+    flat = accuracy_table(lambda d: 0.5, noise=0.0)
+    assert claim_depth_generalizes(flat)[1] == "does not hold"  # a decided null: 0 +- 0 excludes the paper's +9.3
+
+
+def test_depth_generalizes_floor_not_testable():
+    floor = accuracy_table(lambda d: 0.01 * d / 6, noise=0.002)  # 0.2% .. 1%
+    assert claim_depth_generalizes(floor)[1] == "not testable"
+
+
+def test_depth_generalizes_clear_effect_holds():
+    assert claim_depth_generalizes(accuracy_table(lambda d: 0.2 + 0.1 * d, noise=0.03))[1] == "holds"
+
+
+def test_depth_generalizes_excludes_paper_effect():
+    # passivization: the paper gains 74.1 points from 1 to 6 layers; ours gains nothing, measured on 5 seeds
+    none = accuracy_table(lambda d: 0.3, noise=0.03, task="passivization")
+    assert claim_depth_generalizes(none)[1] == "does not hold"
+
+
+# --- Fig. 4: saturation ----------------------------------------------------------------------------------------------
+
+def test_saturation_null_no_gain_is_not_testable():
+    rng = np.random.default_rng(4)
+    verdicts = [claim_saturation(accuracy_table(lambda d: 0.5, rng=rng))[1] for _ in range(DRAWS)]
+    assert rate(verdicts) <= RATE_BOUND
+    assert rate(verdicts, "not testable") > 0.9
+
+
+def test_saturation_null_linear_rise():
+    rng = np.random.default_rng(5)
+    verdicts = [claim_saturation(accuracy_table(lambda d: 0.1 + 0.1 * (d - 1), rng=rng))[1] for _ in range(DRAWS)]
+    assert rate(verdicts) <= RATE_BOUND
+
+
+def test_saturation_concave_holds():
+    concave = accuracy_table(lambda d: 0.2 + 0.5 * min(d, 3) / 3, noise=0.02)
+    assert claim_saturation(concave)[1] == "holds"
+
+
+def test_saturation_leaves_out_passivization():
+    evidence, verdict = claim_saturation(accuracy_table(lambda d: 0.2 + 0.1 * d, noise=0.02, task="passivization"))
+    assert verdict == "not testable" and "names no threshold" in evidence
+
+
+# --- Fig. 5 -----------------------------------------------------------------------------------------------------------
+
+def types_table(lexical, structural, seeds=5, noise=0.03, rng=None) -> pd.DataFrame:
+    rng = rng or np.random.default_rng(0)
+    rows = []
+    for s in range(seeds):
+        for d in DEPTHS:
+            for kind, f in (("lexical", lexical), ("structural", structural)):
+                rows.append(dict(size_class="c", task="cogs_vf", n_layers=d, seed=s, generalization_type=kind,
+                                 accuracy=float(np.clip(f(d) + rng.normal(0, noise), 0, 1))))
+    return pd.DataFrame(rows)
+
+
+def test_lexical_not_structural_floor_and_null():
+    assert claim_lexical_not_structural(types_table(lambda d: 0.01, lambda d: 0.02, noise=0.005))[1] == "not testable"
+    rng = np.random.default_rng(6)
+    same = [claim_lexical_not_structural(types_table(lambda d: 0.2 + 0.05 * d, lambda d: 0.2 + 0.05 * d, rng=rng))[1]
+            for _ in range(DRAWS)]
+    assert rate(same) <= RATE_BOUND
+
+
+def test_lexical_not_structural_decides():
+    assert claim_lexical_not_structural(types_table(lambda d: 0.1 * d, lambda d: 0.0, noise=0.01))[1] == "holds"
+    # equal gains of 20 points, measured tightly: excludes the paper's COGS-vf gain (56.9 points)
+    assert claim_lexical_not_structural(types_table(lambda d: 0.04 * d, lambda d: 0.04 * d, noise=0.01))[1] \
+        == "does not hold"
+
+
+def test_structural_near_zero():
+    at_floor = types_table(lambda d: 0.017, lambda d: 0.028, noise=0.005)  # the committed cpu numbers' level
+    assert claim_structural_near_zero(at_floor)[1] == "not testable"
+    assert claim_structural_near_zero(types_table(lambda d: 0.6, lambda d: 0.005, noise=0.003))[1] == "holds"
+    assert claim_structural_near_zero(types_table(lambda d: 0.6, lambda d: 0.2, noise=0.02))[1] == "does not hold"
+
+
+# --- Fig. 2, 3: perplexity -----------------------------------------------------------------------------------------
+
+def ppl_table(log_ppl, seeds=4, noise=0.003, rng=None, depths=DEPTHS) -> pd.DataFrame:
+    rng = rng or np.random.default_rng(0)
+    rows = [dict(size_class="c", n_layers=d, seed=s, split="v", loss=log_ppl(d) + rng.normal(0, noise))
+            for s in range(seeds) for d in depths]
+    return pd.DataFrame(rows).assign(ppl=lambda t: np.exp(t.loss))
+
+
+def test_depth_lowers_ppl():
+    rng = np.random.default_rng(7)
+    null = [claim_depth_lowers_ppl(ppl_table(lambda d: 4.1, rng=rng), "v")[1] for _ in range(DRAWS)]
+    assert rate(null) <= RATE_BOUND
+    assert claim_depth_lowers_ppl(ppl_table(lambda d: 4.1 + 0.3 / d), "v")[1] == "holds"
+    assert claim_depth_lowers_ppl(ppl_table(lambda d: 4.1 + 0.01 * d), "v")[1] == "does not hold"  # the cpu shape
+    with pytest.raises(ValueError, match="no split 'x'"):
+        claim_depth_lowers_ppl(ppl_table(lambda d: 4.1), "x")
+
+
+def test_diminishing_returns():
+    assert claim_diminishing_returns(ppl_table(lambda d: 4.1 + 0.01 * d), "v")[1] == "not testable"  # no 1->2 gain
+    rng = np.random.default_rng(8)
+    linear = [claim_diminishing_returns(ppl_table(lambda d: 4.5 - 0.1 * d, rng=rng), "v")[1] for _ in range(DRAWS)]
+    assert rate(linear) <= RATE_BOUND  # equal gains 1->2 and 2->4 per layer... 2->4 is larger: never holds
+    assert claim_diminishing_returns(ppl_table(lambda d: 4.1 + 0.4 / d), "v")[1] == "holds"
+
+
+def test_narrow_degrades():
+    rising = ppl_table(lambda d: 4.1 + 0.02 * d)  # the committed cpu shape: worse with every layer
+    assert claim_narrow_degrades(rising, "v")[1] == "not testable"
+    u_shape = ppl_table(lambda d: 4.1 + 0.03 * (d - 3) ** 2)
+    assert claim_narrow_degrades(u_shape, "v")[1] == "holds"
+    rng = np.random.default_rng(9)
+    flat_end = [claim_narrow_degrades(ppl_table(lambda d: 4.1 + 0.4 / min(d, 3), rng=rng), "v")[1] for _ in range(DRAWS)]
+    assert rate(flat_end) <= RATE_BOUND
+
+
+# --- Fig. 6, 7: the controls ---------------------------------------------------------------------------------------
+
+def equal_ppl_selection(acc: pd.DataFrame, gap: float) -> pd.DataFrame:
+    deepest = acc.n_layers.max()
+    return acc.assign(reference_depth=deepest, status=np.where(acc.n_layers == deepest, "reference", "matched"),
+                      rel_gap=np.where(acc.n_layers == deepest, 0.0, gap), step=np.where(acc.n_layers == deepest, 10, 5),
+                      target_ppl=60.0)
+
+
+def test_equal_ppl():
+    effect = accuracy_table(lambda d: 0.2 + 0.1 * d, noise=0.02)
+    assert claim_equal_ppl(equal_ppl_selection(effect, -0.05), "geoquery")[1] == "not testable"  # loose match
+    assert claim_equal_ppl(equal_ppl_selection(effect, -0.005), "geoquery")[1] == "holds"
+    rng = np.random.default_rng(10)
+    null = [claim_equal_ppl(equal_ppl_selection(shuffle_within_seed(effect, rng), -0.005), "geoquery")[1]
+            for _ in range(DRAWS)]
+    assert rate(null) <= RATE_BOUND
+
+
+def test_equal_loss():
+    effect = accuracy_table(lambda d: 0.2 + 0.1 * d, noise=0.02)
+    loose = effect.assign(threshold=0.02, loss=np.where(effect.n_layers == 1, 0.008, 0.02), step=800)
+    assert claim_equal_loss(loose, "geoquery")[1] == "not testable"
+    tight = effect.assign(threshold=0.02, loss=0.0195, step=800)
+    assert claim_equal_loss(tight, "geoquery")[1] == "holds"
+    rng = np.random.default_rng(11)
+    null = [claim_equal_loss(shuffle_within_seed(tight, rng), "geoquery")[1] for _ in range(DRAWS)]
+    assert rate(null) <= RATE_BOUND
+
+
+# --- Fig. 8, 9 -----------------------------------------------------------------------------------------------------
+
+def latency_table(seconds) -> pd.DataFrame:
+    return pd.DataFrame(dict(size_class="c", n_layers=DEPTHS, seconds=seconds, device="cpu"))
+
+
+def test_latency():
+    rng = np.random.default_rng(12)
+    null = [claim_latency_linear(latency_table(0.1 + rng.normal(0, 0.01, len(DEPTHS))))[1] for _ in range(DRAWS)]
+    assert rate(null) <= RATE_BOUND
+    assert claim_latency_linear(latency_table(0.05 + 0.02 * np.array(DEPTHS) + rng.normal(0, 0.002, 5)))[1] == "holds"
+    # the committed cpu table's step times: the slope's interval spans 0
+    assert claim_latency_linear(latency_table([0.0907, 0.0831, 0.1011, 0.0997, 0.1102]))[1] == "not testable"
+
+
+def rank_table(init_auc, trained_auc) -> pd.DataFrame:
+    ratio = np.array([0.09, 0.2, 0.35, 0.55, 1.29])
+    frames = [pd.DataFrame(dict(size_class="c", projection="input", n_layers=DEPTHS, ff_ratio=ratio, auc=a, label=lab))
+              for a, lab in ((init_auc, "init"), (trained_auc, "trained"))]
+    return pd.concat(frames, ignore_index=True)
+
+
+def test_rank_compares_against_init():
+    init = np.array([0.54, 0.57, 0.59, 0.62, 0.65])  # rises with the ratio already (Marchenko-Pastur)
+    # training adds the same to every depth: the trained AUC still correlates +1 with the ratio, but the rule must not hold
+    assert claim_rank_deficient(rank_table(init, init + 0.05))[1] != "holds"
+    assert claim_rank_deficient(rank_table(init, init + np.array([0.01, 0.02, 0.03, 0.04, 0.05])))[1] == "holds"
+    assert claim_rank_deficient(rank_table(init, init + np.array([0.05, 0.04, 0.03, 0.02, 0.01])))[1] == "does not hold"
+    rng = np.random.default_rng(13)
+    null = [claim_rank_deficient(rank_table(init, init + rng.normal(0.05, 0.01, 5)))[1] for _ in range(100)]
+    assert rate(null) <= 0.025 + 1.96 * np.sqrt(0.025 * 0.975 / 100)
+
+
+# --- single runs: the stacking study -------------------------------------------------------------------------------
+
+STACK_T1 = pd.DataFrame(dict(method=["baseline", "gradstack", "midas"], val_loss=[4.153, 4.084, 4.081],
+                             flop_speedup=[1.0, 1.24, 1.24]))
+PAPER_T1 = pd.DataFrame(dict(model=["1B", "1B"], method=["Baseline", "MIDAS"], val_loss=[2.0, 2.036]))
+
+
+def test_single_runs_are_never_decided():
+    family = ppl_table(lambda d: 4.1, seeds=2)
+    assert claim_midas_loss_near_baseline(STACK_T1, PAPER_T1, family, "v")[1] == "inconclusive"
+    assert claim_midas_beats_gradstack(STACK_T1, family, "v")[1] == "inconclusive"
+    cogs = pd.DataFrame(dict(task="COGS-vf", method=["baseline", "midas"], accuracy=[1.5, 12.75]))
+    assert claim_midas_cogs(cogs)[1] == "inconclusive"
+
+
+def midas_cogs_table(gap, seeds=4, noise=2.0, rng=None) -> pd.DataFrame:
+    rng = rng or np.random.default_rng(0)
+    rows = []
+    for s in range(seeds):
+        base = 20 + rng.normal(0, noise)
+        rows += [dict(task="COGS-vf", method="baseline", seed=s, accuracy=base),
+                 dict(task="COGS-vf", method="midas", seed=s, accuracy=base + gap + rng.normal(0, noise))]
+    return pd.DataFrame(rows)
+
+
+def test_midas_cogs_with_seeds():
+    assert claim_midas_cogs(midas_cogs_table(10.0))[1] == "holds"
+    assert claim_midas_cogs(midas_cogs_table(-10.0))[1] == "does not hold"
+    rng = np.random.default_rng(14)
+    null = [claim_midas_cogs(midas_cogs_table(0.0, rng=rng))[1] for _ in range(DRAWS)]
+    assert rate(null) <= RATE_BOUND
+    at_floor = midas_cogs_table(0.5, noise=0.2).assign(accuracy=lambda t: t.accuracy / 100)  # 0.2% accuracies
+    assert claim_midas_cogs(at_floor)[1] == "not testable"
+
+
+# --- the power calculation -----------------------------------------------------------------------------------------
+
+def test_power_calculation():
+    assert seeds_for_half_width(0.108, 0.10) == 7
+    assert half_width(0.108, 7) <= 0.10 < half_width(0.108, 6)
+    # the achieved half-width, simulated: the t-interval over 7 seeds covers the true mean ~95% of the time
+    rng = np.random.default_rng(15)
+    covered = [abs((iv := t_interval(rng.normal(0.0, 0.108, 7))).mean) <= iv.hi - iv.mean for _ in range(2000)]
+    assert 0.93 <= np.mean(covered) <= 0.97
+    with pytest.raises(ValueError, match="n >= 2"):
+        half_width(0.1, 1)
