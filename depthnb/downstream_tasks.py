@@ -5,11 +5,15 @@
 # %% ../nbs/07b_downstream_tasks.ipynb #ed97dfbe
 from __future__ import annotations
 
+import contextlib
 import functools
+import io
 import json
+import logging
 import os
 import re
 import socket
+import sys
 import time
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, replace
@@ -18,24 +22,25 @@ from pathlib import Path
 import datasets
 import lm_eval
 import torch
+from lm_eval.evaluator import evaluate
 from lm_eval.tasks import TaskManager
 from lm_eval.tasks._yaml_loader import load_yaml
 
 from .config import (CommandParser, UsageError, family_from_args, get_preset, preset_from_args,
                             add_family_args)
 from .downstream import DepthnbLM, calculator_edit, format_number, safe_eval, CalculatorError
-from .finetune import finetune, finetune_config
+from .finetune import finetune, finetune_config, run_tokenizer
 from .primitives import PRIMITIVE_TASKS, few_shot, holdout_set, score_primitive, get_task
-from .runs import atomic_write_text, is_done, pretrain_run_dir, source_run_dir
+from .runs import atomic_write_text, is_done, load_model, pretrain_run_dir, source_run_dir
 from .sources import FetchError, data_path
 from .tasks import HELD_OUT_SPLIT
 
 # %% auto #0
-__all__ = ['DOWNSTREAM_TASKS', 'GROUPS', 'TABLE1_GROUPS', 'GSM8K_HELD_OUT', 'math_solution', 'load_svamp', 'load_asdiv',
-           'load_mawps', 'load_gsm8k', 'load_nq_open', 'load_webquestions', 'DownstreamTask', 'hub_unavailable',
-           'task_unavailable', 'lm_eval_config', 'primitive_config', 'evaluate_config', 'evaluate_task',
-           'gsm8k_finetune_data', 'gsm8k_finetune_dir', 'finetune_gsm8k', 'result_path', 'select_tasks', 'score_run',
-           'cli_downstream']
+__all__ = ['DOWNSTREAM_TASKS', 'GROUPS', 'TABLE1_GROUPS', 'FEWSHOT_SEED', 'GSM8K_HELD_OUT', 'math_solution', 'load_svamp',
+           'load_asdiv', 'load_mawps', 'load_gsm8k', 'load_nq_open', 'load_webquestions', 'DownstreamTask',
+           'hub_unavailable', 'task_unavailable', 'offline_if_unreachable', 'lm_eval_config', 'primitive_config',
+           'quiet_lm_eval', 'evaluate_config', 'evaluate_task', 'fits_context', 'gsm8k_finetune_data', 'result_dir',
+           'gsm8k_finetune_dir', 'finetune_gsm8k', 'result_path', 'select_tasks', 'score_run', 'cli_downstream']
 
 # %% ../nbs/07b_downstream_tasks.ipynb #9595ac1b
 def _expression(text: str) -> str:
@@ -200,12 +205,25 @@ def task_unavailable(name: str) -> str | None:
     why = hub_unavailable()
     return None if why is None else f"{task.title}: not in the local mirror; needs the internet ({why})"
 
+
+def offline_if_unreachable() -> str | None:
+    "Set the Hugging Face offline flags when the hub cannot be reached, so that `datasets` never waits on it; returns why."
+    why = hub_unavailable()
+    if why is not None:
+        os.environ["HF_DATASETS_OFFLINE"] = os.environ["HF_HUB_OFFLINE"] = "1"
+    return why
+
 # %% ../nbs/07b_downstream_tasks.ipynb #40db0fb2
-def _mirror_dataset(loader: str, **_) -> datasets.DatasetDict:
-    "lm-eval's `custom_dataset` hook: a mirror loader's documents as a `DatasetDict` (lm-eval passes its metadata)."
+@functools.lru_cache(maxsize=None)
+def _mirror_docs(loader: str) -> datasets.DatasetDict:
     name, _, arg = loader.partition(":")
     docs = globals()[name](*([arg] if arg else []))
     return datasets.DatasetDict({split: datasets.Dataset.from_list(rows) for split, rows in docs.items()})
+
+
+def _mirror_dataset(loader: str, **_) -> datasets.DatasetDict:
+    "lm-eval's `custom_dataset` hook: a mirror loader's documents as a `DatasetDict`, read once per process (lm-eval passes its metadata)."
+    return _mirror_docs(loader)
 
 
 def lm_eval_config(name: str, shots: int | None = None) -> dict:
@@ -249,27 +267,52 @@ def primitive_config(name: str, n: int = 1000, shots: int = 5, seed: int = 0) ->
                 metadata={"version": 1.0})
 
 # %% ../nbs/07b_downstream_tasks.ipynb #5e5d264c
+FEWSHOT_SEED = 1234  # simple_evaluate's default fewshot_random_seed
+
+
 @functools.lru_cache(maxsize=1)
 def _task_manager() -> TaskManager:
-    return TaskManager()
+    return TaskManager(include_defaults=False)  # the configurations are complete: no index of lm-eval's task folders
 
 
-def evaluate_config(lm, config: dict, limit: int | None = None) -> tuple[dict, int, float]:
+@contextlib.contextmanager
+def quiet_lm_eval(quiet: bool = True):
+    "lm-eval's logging below ERROR and its progress bars (stderr) silenced; the captured stderr is shown if an error escapes."
+    if not quiet:
+        yield
+        return
+    logger, buffer = logging.getLogger("lm_eval"), io.StringIO()
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        with contextlib.redirect_stderr(buffer):
+            yield
+    except BaseException:
+        sys.stderr.write(buffer.getvalue())
+        raise
+    finally:
+        logger.setLevel(level)
+
+
+def evaluate_config(lm, config: dict, limit: int | None = None, quiet: bool = True) -> tuple[dict, int, float]:
     "(metrics, examples, seconds) of `lm` on one lm-eval task configuration."
     t0 = time.perf_counter()
-    out = lm_eval.simple_evaluate(model=lm, tasks=[config], limit=limit, bootstrap_iters=0, log_samples=False,
-                                  task_manager=_task_manager(), verbosity="ERROR")
+    with quiet_lm_eval(quiet):
+        loaded = _task_manager().load([config])
+        for task in loaded["tasks"].values():
+            task.set_fewshot_seed(seed=FEWSHOT_SEED)
+        out = evaluate(lm=lm, task_dict=loaded, limit=limit, bootstrap_iters=0, log_samples=False)
     name = config["task"]
     metrics = {k: v for k, v in out["results"][name].items()  # "metric,filter" keys; no stderr (not bootstrapped)
                if "," in k and "_stderr" not in k and isinstance(v, (int, float))}
     return metrics, int(out["n-samples"][name]["effective"]), time.perf_counter() - t0
 
 
-def evaluate_task(lm, name: str, shots: int | None = None, limit: int | None = None) -> dict:
+def evaluate_task(lm, name: str, shots: int | None = None, limit: int | None = None, quiet: bool = True) -> dict:
     "Score `lm` (any lm-eval model) on downstream task `name`: a record for the tables."
     task = DOWNSTREAM_TASKS[name]
     config = lm_eval_config(name, shots)
-    metrics, n, seconds = evaluate_config(lm, config, limit)
+    metrics, n, seconds = evaluate_config(lm, config, limit, quiet)
     return dict(task=name, title=task.title, group=task.group, shots=config["num_fewshot"], limit=limit, n=n,
                 metric=task.metric, accuracy=metrics.get(task.metric), metrics=metrics,
                 calculator=bool(getattr(lm, "calculator", False)), seconds=round(seconds, 2),
@@ -279,39 +322,58 @@ def evaluate_task(lm, name: str, shots: int | None = None, limit: int | None = N
 GSM8K_HELD_OUT = 200
 
 
-def gsm8k_finetune_data() -> datasets.DatasetDict:
-    "GSM8k as a fine-tuning task: `input` the question, `target` the annotated solution; 200 train problems held out."
+def fits_context(split: datasets.Dataset, tokenizer, n_ctx: int) -> list[bool]:
+    "Whether each example's fine-tuning sequence (`input <sep> target <eos>`) fits in `n_ctx` tokens."
+    xs, ys = tokenizer.encode_batch(list(split["input"])), tokenizer.encode_batch(list(split["target"]))
+    return [len(x) + len(y) + 2 <= n_ctx for x, y in zip(xs, ys)]
+
+
+def gsm8k_finetune_data(tokenizer=None, n_ctx: int | None = None, log=print) -> datasets.DatasetDict:
+    """GSM8k as a fine-tuning task: `input` the question, `target` the annotated solution; 200 train problems held out.
+    With `tokenizer` and `n_ctx`, the training and held-out problems longer than `n_ctx` are left out (logged)."""
     docs = load_gsm8k()
     order = torch.randperm(len(docs["train"]), generator=torch.Generator().manual_seed(0)).tolist()
     rows = lambda idx, split: datasets.Dataset.from_list(
         [{"input": docs[split][i]["question"], "target": docs[split][i]["answer"]} for i in idx])
-    return datasets.DatasetDict({"train": rows(order[GSM8K_HELD_OUT:], "train"),
+    data = datasets.DatasetDict({"train": rows(order[GSM8K_HELD_OUT:], "train"),
                                  HELD_OUT_SPLIT: rows(order[:GSM8K_HELD_OUT], "train"),
                                  "test": rows(range(len(docs["test"])), "test")})
+    if tokenizer is None:
+        return data
+    kept = {s: [i for i, ok in enumerate(fits_context(data[s], tokenizer, n_ctx)) if ok] for s in ("train", HELD_OUT_SPLIT)}
+    if not kept["train"] or not kept[HELD_OUT_SPLIT]:
+        raise ValueError(f"GSM8k fine-tuning: no {'training' if not kept['train'] else 'held-out'} problem fits in "
+                         f"n_ctx={n_ctx} tokens; pretrain with a longer context (--set pretrain.model.n_ctx=N)")
+    log("GSM8k fine-tuning: " + " and ".join(f"{len(data[s]) - len(kept[s])} of {len(data[s])} {s} problems"
+                                              for s in kept) + f" are longer than n_ctx={n_ctx} tokens and left out")
+    return datasets.DatasetDict({s: data[s].select(kept[s]) if s in kept else data[s] for s in data})
+
+
+def result_dir(source: str | Path) -> Path:
+    "The folder of a run's (or snapshot's) downstream results: `<run>/downstream/<weights>`."
+    source = Path(source)
+    tag = "final" if source.is_dir() or source.name == "final.pt" else source.stem
+    return source_run_dir(source) / "downstream" / tag
 
 
 def gsm8k_finetune_dir(source: str | Path) -> Path:
-    "Where the GSM8k fine-tuning of a pretrained run (or snapshot) lives: inside its run directory."
-    source = Path(source)
-    tag = "final" if source.is_dir() or source.name == "final.pt" else source.stem
-    return source_run_dir(source) / "downstream" / f"gsm8k_finetune_{tag}"
+    "Where the GSM8k fine-tuning of a pretrained run (or snapshot) lives: `<run>/downstream/<weights>/gsm8k_finetune`."
+    return result_dir(source) / "gsm8k_finetune"
 
 
 def finetune_gsm8k(source: str | Path, preset="tiny", seed: int = 0, progress: bool = False, log=print) -> Path:
     "Fine-tune a pretrained run (or snapshot) on GSM8k with the preset's fine-tuning config; resumes; returns the run directory."
     run_dir = gsm8k_finetune_dir(source)
-    finetune(source, "gsm8k", finetune_config(preset, seed), run_dir, dataset=gsm8k_finetune_data(),
-             progress=progress, log=log)
+    data = gsm8k_finetune_data(run_tokenizer(source_run_dir(source)), load_model(source).cfg.n_ctx, log=log)
+    finetune(source, "gsm8k", finetune_config(preset, seed), run_dir, dataset=data, progress=progress, log=log)
     return run_dir
 
 # %% ../nbs/07b_downstream_tasks.ipynb #32cf6cac
 def result_path(source: str | Path, task: str, shots: int, calculator: bool, limit: int | None) -> Path:
     "Where the result of one run (or snapshot), task and setting is written."
-    source = Path(source)
-    tag = "final" if source.is_dir() or source.name == "final.pt" else source.stem
     calc = ("calc" if calculator else "nocalc") if DOWNSTREAM_TASKS[task].calculator else None
     name = ".".join(filter(None, [task, f"{shots}shot", calc, f"limit{limit}" if limit else None]))
-    return source_run_dir(source) / "downstream" / tag / f"{name}.json"
+    return result_dir(source) / f"{name}.json"
 
 
 def select_tasks(text: str | None) -> list[str]:
@@ -331,7 +393,7 @@ def select_tasks(text: str | None) -> list[str]:
 
 def score_run(source: str | Path, tasks: list[str], *, shots: int | None = None, limit: int | None = None,
               calculators=(False, True), batch_size: int = 16, device: str = "auto", overwrite: bool = False,
-              preset="tiny", log=print) -> list[dict]:
+              preset="tiny", quiet: bool = True, log=print) -> list[dict]:
     "Score one run (or snapshot) on `tasks`; finished tasks are read back, unavailable ones logged in one line."
     records, lms = [], {}
     for name in tasks:
@@ -339,10 +401,11 @@ def score_run(source: str | Path, tasks: list[str], *, shots: int | None = None,
             log(f"{source}: {why}")
             continue
         task = DOWNSTREAM_TASKS[name]
-        model_source = finetune_gsm8k(source, preset, log=lambda *a: None) if task.group == "gsm8k_finetuned" else source
+        finetuned = task.group == "gsm8k_finetuned"
+        model_source = finetune_gsm8k(source, preset, log=log if not quiet else lambda *a: None) if finetuned else source
         for calc in (calculators if task.calculator else (False,)):
             n_shots = task.shots if shots is None else shots
-            path = result_path(model_source, name, n_shots, calc, limit)
+            path = result_path(source, name, n_shots, calc, limit)
             if path.exists() and not overwrite:
                 records.append(json.loads(path.read_text()))
                 log(f"{path}: scored already")
@@ -350,7 +413,7 @@ def score_run(source: str | Path, tasks: list[str], *, shots: int | None = None,
             key = (str(model_source), calc)
             if key not in lms:
                 lms[key] = DepthnbLM.from_run(model_source, batch_size=batch_size, device=device, calculator=calc)
-            rec = dict(evaluate_task(lms[key], name, n_shots, limit), source=str(source), model=str(model_source))
+            rec = dict(evaluate_task(lms[key], name, n_shots, limit, quiet), source=str(source), model=str(model_source))
             atomic_write_text(path, json.dumps(rec, indent=1))
             records.append(rec)
             log(f"{path}: {rec['title']} {rec['shots']}-shot{' with calculator' if calc else ''}: "
@@ -373,6 +436,7 @@ def cli_downstream(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch-size", type=int, default=16, help="requests per forward pass")
     ap.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, ...")
     ap.add_argument("--overwrite", action="store_true", help="score again even where a result exists")
+    ap.add_argument("--verbose", action="store_true", help="show lm-eval's warnings and progress bars")
 
     def command(args) -> int:
         for option, value in (("--shots", args.shots), ("--limit", args.limit), ("--batch-size", args.batch_size)):
@@ -392,11 +456,10 @@ def cli_downstream(argv: list[str] | None = None) -> int:
             if not sources:
                 raise UsageError(f"no finished pretraining run of preset {preset.name!r} in this selection; "
                                  f"run `depthnb pretrain --preset {preset.name}` first or name runs")
-        if hub_unavailable() is not None:  # offline: datasets must not try the network
-            os.environ["HF_DATASETS_OFFLINE"] = os.environ["HF_HUB_OFFLINE"] = "1"
+        offline_if_unreachable()  # offline: datasets must not try the network
         calcs = {"on": (True,), "off": (False,), "both": (False, True)}[args.calculator]
         for source in sources:
             score_run(source, tasks, shots=args.shots, limit=args.limit, calculators=calcs, batch_size=args.batch_size,
-                      device=args.device, overwrite=args.overwrite, preset=preset)
+                      device=args.device, overwrite=args.overwrite, preset=preset, quiet=not args.verbose)
         return 0
     return ap.run(command, argv)
