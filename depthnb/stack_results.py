@@ -31,7 +31,7 @@ __all__ = ['TABLE1_PAPER', 'GROUP_TITLES', 'TABLE2_PAPER', 'TABLE2_COLUMNS', 'TA
            'snapshot_items', 'isoplot_table', 'table1_paper', 'final_eval_loss', 'table1', 'stack_finetune_run_dir',
            'stack_finetune_job', 'downstream_results', 'downstream_table', 'downstream_paper', 'downstream_table1',
            'downstream_task_table', 'downstream_table2', 'tydiqa_context_table', 'downstream_isoplot_table',
-           'downstream_verdicts']
+           'missing_tasks', 'downstream_verdicts']
 
 # %% ../nbs/06c_stack_results.ipynb #28ed67d6
 def _stack_run(run_dir: Path | str) -> tuple[PretrainConfig, StackConfig, pd.DataFrame]:
@@ -319,8 +319,14 @@ def downstream_results(items: list[dict], tasks, *, shots: int | None = None, li
 
 
 def downstream_table(runs: dict[str, Path], tasks, split: str = "enwiki_valid", **kwargs) -> pd.DataFrame:
-    "`downstream_results` of each run's final weights (`method`), with the run's final `split` loss (`val_loss`)."
-    out = downstream_results([dict(path=run, method=m) for m, run in runs.items()], tasks, **kwargs)
+    "`downstream_results` of each finished stacking run's final weights (`method`, block size and schedule), with its final `split` loss (`val_loss`)."
+    items = []
+    for method, run in runs.items():
+        _, stack, _ = _stack_run(run)
+        grown = method not in ("baseline", "looped")
+        items.append(dict(path=run, method=method, block_size=stack.block_size if grown else None,
+                          schedule=f"{stack.schedule.capitalize()}-{stack.alpha:g}" if grown else None))
+    out = downstream_results(items, tasks, **kwargs)
     return out.assign(val_loss=out.method.map({m: final_eval_loss(run, split) for m, run in runs.items()}))
 
 # %% ../nbs/06c_stack_results.ipynb #f76f94cb
@@ -381,9 +387,10 @@ def _setting(results: pd.DataFrame, calculator: bool) -> pd.DataFrame:
 
 def _ours(results: pd.DataFrame, model: str) -> pd.DataFrame:
     "One row per method of ours: the `_ROW_KEYS` labels and the final validation loss."
-    first = results.groupby("method", sort=False).first().reset_index()
-    return pd.DataFrame(dict(source="ours", model=model, method=first.method, block_size=None, schedule=None,
-                             val_loss=first.val_loss if "val_loss" in first else np.nan))
+    first = results.groupby("method", sort=False, dropna=False).first().reset_index()
+    col = lambda name: first[name] if name in first else np.nan
+    return pd.DataFrame(dict(source="ours", model=model, method=first.method, block_size=col("block_size"),
+                             schedule=col("schedule"), val_loss=col("val_loss")))
 
 
 def downstream_table1(results: pd.DataFrame, model: str) -> pd.DataFrame:
@@ -469,8 +476,8 @@ def _combine_verdicts(verdicts: list[str]) -> str:
     return tested[0] if len(set(tested)) == 1 else "mixed"
 
 
-def _missing_data(rows: pd.DataFrame) -> str:
-    "Which tasks are missing here and why, reasons shared by several tasks said once."
+def missing_tasks(rows: pd.DataFrame) -> str:
+    "Which tasks of `downstream_results` rows could not be scored here and why, a reason shared by several tasks said once."
     why: dict[str, list[str]] = {}
     for title, line in rows.dropna(subset=["missing"]).drop_duplicates("task")[["title", "missing"]].itertuples(index=False):
         why.setdefault(line.removeprefix(f"{title}: "), []).append(title)
@@ -481,7 +488,7 @@ def _absent(rows: pd.DataFrame, paper: str, what: str = "not scored at this pres
     "No accuracy to read: the data are not here (not reproducible here, saying which), or nothing was scored (not testable)."
     if rows.empty or rows.missing.isna().all():
         return f"{what}. {paper}", "not testable"
-    return f"Missing here: {_missing_data(rows)}. {paper}", "not reproducible here"
+    return f"Missing here: {missing_tasks(rows)}. {paper}", "not reproducible here"
 
 
 def _mean_and_se(g: pd.DataFrame) -> tuple[float, float]:
@@ -542,7 +549,7 @@ def _group_claim(results: pd.DataFrame, group: str, calculator: bool, verdict) -
     if (why := _methods_missing(results)) is not None:
         return why, "not testable"
     rows = _setting(results[(results.group == group) & results.method.isin(["baseline", "midas"])], calculator)
-    scored, absent = rows[rows.accuracy.notna()], _missing_data(rows)
+    scored, absent = rows[rows.accuracy.notna()], missing_tasks(rows)
     paper = f"Paper (Table 1): {_paper_gap(_TABLE1_COLUMNS[group])}."
     if scored.empty:
         return _absent(rows, paper)
@@ -577,7 +584,7 @@ def _claim_isoplots(results: pd.DataFrame, iso: pd.DataFrame | None) -> tuple[st
     for group in ("open_book_qa", "math", "closed_book_qa"):
         g = iso[iso.group == group]
         if g.empty or not {"baseline", "midas"} <= set(g.method):
-            why = _missing_data(_setting(results[results.group == group], True))
+            why = missing_tasks(_setting(results[results.group == group], True))
             parts.append(f"{GROUP_TITLES[group]}: no points ({why or 'not scored'})")
             verdicts.append("not reproducible here" if why else "not testable")
             continue
@@ -632,6 +639,10 @@ def _claim_calculator(results: pd.DataFrame, iso: pd.DataFrame | None = None) ->
     parts, verdicts = [], []
     for (method, group), g in scored.groupby(["method", "group"]):
         with_calc, without = g[g.calculator.astype(bool)], g[~g.calculator.astype(bool)]
+        if with_calc.empty or without.empty:
+            parts.append(f"{method} {GROUP_TITLES[group]}: scored {'with' if without.empty else 'without'} the calculator only")
+            verdicts.append("not testable")
+            continue
         (m1, s1), (m0, s0) = _mean_and_se(with_calc), _mean_and_se(without)
         diff, half = m1 - m0, 1.96 * float(np.hypot(s1, s0))
         parts.append(f"{method} {GROUP_TITLES[group]} {100 * m0:.1f}% -> {100 * m1:.1f}% ({100 * diff:+.1f} points)")

@@ -1,10 +1,12 @@
 """Downstream evaluation: the lm-eval model class against direct computation and DecoderLM.generate, batch-size
 invariance, the calculator (correct, malformed, nested, zero-division; inside decoding), the mirror's tasks through
-lm-eval offline, the one-line report of online-only tasks, and the command's resumable JSON per task."""
+lm-eval offline, the one-line report of online-only tasks, the command's resumable JSON per task, lm-eval kept quiet,
+GSM8k fine-tuning within the context and its results' place, and the verdicts of the downstream claims."""
 import contextlib
 import io
 import json
 
+import pandas as pd
 import pytest
 import torch
 from lm_eval.api.instance import Instance
@@ -13,10 +15,11 @@ from depthnb.config import ModelConfig, get_preset
 from depthnb.data import train_tokenizer
 from depthnb.downstream import DepthnbLM, apply_calculator, calculator_edit, safe_eval, CalculatorError
 from depthnb.downstream_tasks import (DOWNSTREAM_TASKS, GROUPS, cli_downstream, evaluate_config, evaluate_task,
-                                     gsm8k_finetune_data, lm_eval_config, primitive_config, result_path,
-                                     task_unavailable)
+                                     fits_context, gsm8k_finetune_data, gsm8k_finetune_dir, lm_eval_config,
+                                     primitive_config, result_path, task_unavailable)
 from depthnb.model import DecoderLM, generate_many
 from depthnb.runs import save_weights, write_or_check_config
+from depthnb.stack_results import DOWNSTREAM_CLAIMS, downstream_verdicts
 
 
 @pytest.fixture(scope="module")
@@ -182,3 +185,61 @@ def test_cli_bad_arguments_are_one_line():
         with contextlib.redirect_stderr(err):
             assert cli_downstream(argv) == 2
         assert msg in err.getvalue() and len(err.getvalue().strip().splitlines()) == 1
+
+
+def test_lm_eval_is_quiet_by_default(model, tok, capfd, monkeypatch):
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    lm = DepthnbLM(model=model, tokenizer=tok, bf16=False)
+    assert evaluate_task(lm, "svamp", limit=2)["n"] == 2
+    err = capfd.readouterr().err
+    assert "Custom kwargs" not in err and "it/s" not in err, err
+
+
+def test_gsm8k_finetuning_leaves_out_what_does_not_fit(tok):
+    logs = []
+    data = gsm8k_finetune_data(tok, 128, log=logs.append)
+    for split in ("train", "train_heldout"):
+        assert 0 < len(data[split]) and all(fits_context(data[split], tok, 128))
+    assert len(data["test"]) == 1319  # the benchmark stays whole
+    assert logs == [f"GSM8k fine-tuning: {7273 - len(data['train'])} of 7273 train problems and "
+                    f"{200 - len(data['train_heldout'])} of 200 train_heldout problems are longer than n_ctx=128 tokens "
+                    "and left out"]
+    with pytest.raises(ValueError, match="no training problem fits in n_ctx=8"):
+        gsm8k_finetune_data(tok, 8, log=logs.append)
+
+
+def test_finetuned_gsm8k_results_sit_beside_the_others(tmp_path):
+    run = tmp_path / "run"
+    (run / "stage1").mkdir(parents=True)
+    (run / "config.json").write_text("{}")
+    assert gsm8k_finetune_dir(run) == run / "downstream" / "final" / "gsm8k_finetune"
+    assert result_path(run, "gsm8k_finetuned", 0, True, None) == run / "downstream" / "final" / "gsm8k_finetuned.0shot.calc.json"
+    snap = run / "stage1" / "step_00000016.pt"
+    assert result_path(snap, "svamp", 5, False, 8).parent == run / "downstream" / "step_00000016"
+
+
+def _rows(method, tasks, acc, calc=False, n=400, missing=None):
+    return [dict(method=method, task=t, title=DOWNSTREAM_TASKS[t].title, group=DOWNSTREAM_TASKS[t].group,
+                 calculator=calc, n=0 if missing else n, accuracy=float("nan") if missing else acc,
+                 missing=f"{DOWNSTREAM_TASKS[t].title}: {missing}" if missing else None, val_loss=2.0) for t in tasks]
+
+
+def test_downstream_verdicts():
+    offline = "not in the local mirror; needs the internet"
+    floor = pd.DataFrame([r for m in ("baseline", "midas") for r in
+                          _rows(m, GROUPS["math"], 0.0, True, n=8) + _rows(m, GROUPS["math"], 0.0, False, n=8)
+                          + _rows(m, GROUPS["open_book_qa"], 0, missing=offline)
+                          + _rows(m, ["tydiqa_nocontext"], 0, missing=offline)])
+    v = downstream_verdicts(floor).set_index("where")
+    assert v.loc["§4.3, Tables 1, 5", "verdict"] == "not testable"
+    assert "0 of 8 examples" in v.loc["§4.3, Tables 1, 5", "evidence"] and "below 31%" in v.loc["§4.3, Tables 1, 5", "evidence"]
+    assert v.loc["§3, Tables 1, 4", "verdict"] == v.loc["§4.2, Fig. 3", "verdict"] == "not reproducible here"
+    assert f"TyDi QA (GoldP), TyDi QA (no context): {offline}" in v.loc["§4.2, Fig. 3", "evidence"]
+    ahead = pd.DataFrame(_rows("baseline", GROUPS["math"], 0.20, True) + _rows("midas", GROUPS["math"], 0.30, True)
+                         + _rows("baseline", ["gsm8k_finetuned"], 0.10, True) + _rows("midas", ["gsm8k_finetuned"], 0.05, True)
+                         + _rows("baseline", ["gsm8k_finetuned"], 0.10) + _rows("midas", ["gsm8k_finetuned"], 0.11))
+    v = downstream_verdicts(ahead).set_index("claim").verdict
+    assert v[DOWNSTREAM_CLAIMS[1][1]] == "holds"  # math: +10 points on 6 x 400 examples
+    assert v[DOWNSTREAM_CLAIMS[6][1]] == "mixed"  # fine-tuned: behind with the calculator, level without
+    assert v[DOWNSTREAM_CLAIMS[5][1]] == "not testable"  # no calculator-off rows: the calculator's effect unmeasured
