@@ -14,6 +14,7 @@ from .bench import cli_bench
 from .data import cli_data
 from .finetune import check_tasks, cli_evaluate, cli_finetune
 from .plan import cli_plan
+from .downstream_tasks import cli_downstream
 from .tasks import parse_task
 from .stacking import cli_stack
 from .train import cli_pretrain
@@ -28,6 +29,7 @@ SUBCOMMANDS: dict[str, tuple] = {  # name: (function, one-line help)
     "finetune": (cli_finetune, "fine-tune a pretrained model on a compositional task"),
     "evaluate": (cli_evaluate, "score a fine-tuned model on a task split"),
     "stack": (cli_stack, "train a baseline, GradStack, MIDAS or progressive run"),
+    "downstream": (cli_downstream, "score runs on Saunshi's downstream tasks through lm-eval: QA, math, GSM8k, calculator"),
     "bench": (cli_bench, "measure throughput, MFU, memory and decoding speed"),
     "plan": (cli_plan, "before booking a cluster: parameters, FLOPs, memory per GPU (DDP/FSDP), GPU-hours"),
     "reproduce": (lambda argv: cli_reproduce(argv), "run a preset's experiment notebooks in order"),

@@ -32,7 +32,8 @@ __all__ = ['SIZE_CLASS_COLORS', 'METHOD_COLORS', 'FIG5_ROWS', 'set_style', 'dept
            'save_figure', 'save_table', 'figure_size_classes', 'figure_perplexity', 'figure_relative_perplexity',
            'figure_generalization', 'figure_generalization_types', 'figure_equal_perplexity', 'figure_equal_loss',
            'figure_latency', 'figure_rank', 'figure_rank_summary', 'figure_layer_similarity', 'figure_isoplots',
-           'plot_growth', 'birth_stages', 'plot_stages', 'figure_stack_losses', 'figure_primitives']
+           'figure_downstream_isoplots', 'figure_tydiqa_context', 'plot_growth', 'birth_stages', 'plot_stages',
+           'figure_stack_losses', 'figure_primitives']
 
 # %% ../nbs/09_plots.ipynb #c3d0bda8
 SIZE_CLASS_COLORS = {"tiny": "#7f7f7f", "41M": "#0173b2", "134M": "#de8f05", "374M": "#029e73"}
@@ -436,6 +437,52 @@ def figure_isoplots(iso: pd.DataFrame, tasks: Sequence[str] | None = None):
         ax.set(title=task, xlabel="validation log-perplexity (nats) →")
     axes[0, 0].set_ylabel("accuracy (%)")
     axes[0, -1].legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+# %% ../nbs/09_plots.ipynb #96cc65eb
+import textwrap
+
+
+def figure_downstream_isoplots(iso: pd.DataFrame, groups: dict[str, str | None]):
+    "Saunshi et al. Figure 4 for the task groups: a panel per group (`{title: why it has no points, or None}`)."
+    fig = figure_isoplots(iso, tasks=list(groups))
+    for ax, (title, why) in zip(fig.axes, groups.items()):
+        if iso.empty or not (iso.task == title).any():
+            ax.text(0.5, 0.5, textwrap.fill(why or "not scored", 34), ha="center", va="center", fontsize=8,
+                    color="#aa0000", transform=ax.transAxes)
+            ax.set_xticks([])
+    drawn = [ax for ax in fig.axes if ax.get_lines()]
+    for ax in fig.axes:
+        if ax.get_legend() is not None:
+            ax.get_legend().remove()
+    if drawn:
+        drawn[-1].legend(fontsize=8)
+    return fig
+
+# %% ../nbs/09_plots.ipynb #c55f1d67
+def figure_tydiqa_context(t: pd.DataFrame):
+    "Saunshi et al. Figure 3: each method's TyDi QA gain over its baseline without and with the context; paper left, ours right."
+    fig, axes = plt.subplots(1, 2, figsize=(10.5, 3.9), gridspec_kw=dict(width_ratios=[3, 1.2]))
+    for ax, (source, title) in zip(axes, (("paper", "Saunshi et al. (Tables 3, 4)"), ("ours", "this preset"))):
+        rows = t[t.source == source]
+        g = rows[rows.method.str.lower() != "baseline"]
+        ax.set_title(title, fontsize=9)
+        if g.empty or g[["tydiqa_nocontext_gain", "tydiqa_goldp_gain"]].isna().all().all():
+            why = "; ".join(dict.fromkeys(rows.missing.dropna())) if "missing" in rows else ""
+            ax.text(0.5, 0.5, textwrap.fill(why or "not scored", 36), ha="center", va="center", fontsize=8,
+                    color="#aa0000", transform=ax.transAxes)
+            ax.set(xticks=[], yticks=[])
+            continue
+        labels = [" ".join(str(v) for v in (r.model, r.method, r.block_size, r.schedule) if pd.notna(v))
+                  .replace(".0 ", " ") for r in g.itertuples()]
+        x = np.arange(len(g))
+        ax.bar(x - 0.2, g.tydiqa_nocontext_gain, 0.4, color="#bbbbbb", label="without context")
+        ax.bar(x + 0.2, g.tydiqa_goldp_gain, 0.4, color=METHOD_COLORS["midas"], label="with context (GoldP)")
+        ax.axhline(0, color="black", lw=0.8)
+        ax.set_xticks(x, labels, rotation=40, ha="right", fontsize=7)
+        ax.legend(fontsize=7)
+    axes[0].set_ylabel("TyDi QA gain over the baseline\n(accuracy points)")
     fig.tight_layout()
     return fig
 

@@ -43,9 +43,11 @@ EXPERIMENTS: list[Experiment] = [
                ("midas_stacking",)),
     Experiment("midas_cogs", "Beyond the papers: does MIDAS help compositional generalization?",
                ("midas_stacking",)),
+    Experiment("midas_downstream", "Saunshi Tables 1-5, Figures 3-4: downstream tasks, GSM8k and the calculator",
+               ("midas_stacking",)),
     Experiment("report", "Both papers: figure index, tables beside the papers', fidelity summary",
                ("petty_shapes", "petty_data", "petty_finetune", "petty_equal_ppl", "petty_equal_loss",
-                "petty_latency", "petty_rank", "midas_primitives", "midas_cogs")),
+                "petty_latency", "petty_rank", "midas_primitives", "midas_cogs", "midas_downstream")),
     Experiment("cpu_sizing", "Sizing the cpu preset: throughput eager vs compiled, learning curves per width and task",
                optional=True),
 ]

@@ -25,9 +25,12 @@ from .stacking import measured_speedup, read_stack_run
 from .train import run_parallel
 
 # %% auto #0
-__all__ = ['TABLE1_PAPER', 'stack_similarities', 'similarity_summary', 'result_is_complete', 'cached_result', 'primitive_results',
-           'primitive_ft_results', 'primitive_table', 'primitive_ft_table', 'snapshot_items', 'isoplot_table',
-           'table1_paper', 'final_eval_loss', 'table1', 'stack_finetune_job']
+__all__ = ['TABLE1_PAPER', 'GROUP_TITLES', 'TABLE2_PAPER', 'TABLE2_COLUMNS', 'TABLE3_PAPER', 'TABLE4_PAPER', 'TABLE5_PAPER',
+           'DOWNSTREAM_CLAIMS', 'stack_similarities', 'similarity_summary', 'result_is_complete', 'cached_result',
+           'primitive_results', 'primitive_ft_results', 'primitive_table', 'primitive_ft_table', 'snapshot_items',
+           'isoplot_table', 'table1_paper', 'final_eval_loss', 'table1', 'stack_finetune_job', 'downstream_results',
+           'downstream_table', 'downstream_paper', 'downstream_table1', 'downstream_task_table', 'downstream_table2',
+           'tydiqa_context_table', 'downstream_isoplot_table', 'missing_tasks', 'downstream_verdicts']
 
 # %% ../nbs/06c_stack_results.ipynb #37ad5be6
 def stack_similarities(models: dict[str, DecoderLM], tokens: torch.Tensor) -> dict[str, dict[str, np.ndarray]]:
@@ -233,3 +236,424 @@ def stack_finetune_job(preset: Preset | str, method: str, task: str, seed: int =
     finetune_on(source, task, finetune_config(preset, seed, task), run_dir, progress=False, log=_quiet)
     res = evaluate_run(run_dir, log=_quiet)
     return {**res, "method": method, "task": task_name(task), "seed": seed, "run_dir": str(run_dir)}
+
+# %% ../nbs/06c_stack_results.ipynb #40de37f5
+from .downstream_tasks import DOWNSTREAM_TASKS, GROUPS, TABLE1_GROUPS, result_path, score_run, task_unavailable
+
+GROUP_TITLES = {"closed_book_qa": "closed-book QA", "open_book_qa": "open-book QA", "math": "math word problems",
+                "gsm8k": "GSM8k (8-shot)", "gsm8k_finetuned": "GSM8k (fine-tuned)"}
+_TABLE1_COLUMNS = {"closed_book_qa": "closed_book_qa", "open_book_qa": "open_book_qa", "math": "math_wp"}
+
+
+def _downstream_settings(task: str, calculators) -> tuple[bool, ...]:
+    return tuple(calculators) if DOWNSTREAM_TASKS[task].calculator else (False,)
+
+
+def _downstream_job(path: str, tasks: list[str], shots, limit, calculators, preset, batch_size: int, device: str) -> list[dict]:
+    return score_run(path, tasks, shots=shots, limit=limit, calculators=calculators, batch_size=batch_size,
+                     device=device, preset=preset, log=_quiet)
+
+
+def _downstream_done(path: str, tasks: list[str], shots, limit, calculators, **_) -> bool:
+    return all(result_path(path, t, DOWNSTREAM_TASKS[t].shots if shots is None else shots, c, limit).exists()
+               for t in tasks for c in _downstream_settings(t, calculators))
+
+
+def downstream_results(items: list[dict], tasks, *, shots: int | None = None, limit: int | None = None,
+                       calculators=(False, True), preset="tiny", batch_size: int = 16, device: str = "auto",
+                       workers: int = 1) -> pd.DataFrame:
+    """One row per item (`path` plus label fields), task and calculator setting: `score_run`'s records, cached in the
+    runs and computed in `workers` processes. A task that cannot run here gets rows without accuracy and with
+    `missing`, the one line saying why."""
+    missing = {t: why for t in tasks if (why := task_unavailable(t)) is not None}
+    runnable = [t for t in tasks if t not in missing]
+    jobs = [dict(path=str(it["path"]), tasks=runnable, shots=shots, limit=limit, calculators=tuple(calculators),
+                 preset=preset, batch_size=batch_size, device=device) for it in items]
+    results = _run_missing(_downstream_job, jobs, lambda job: _downstream_done(**job), workers)
+    keys = ("task", "title", "group", "shots", "calculator", "n", "accuracy", "metric")
+    rows = []
+    for it, records in zip(items, results):
+        labels = {k: v for k, v in it.items() if k != "path"}
+        rows += [dict(labels, **{k: r[k] for k in keys}, missing=None) for r in records]
+        rows += [dict(labels, task=t, title=DOWNSTREAM_TASKS[t].title, group=DOWNSTREAM_TASKS[t].group,
+                      shots=DOWNSTREAM_TASKS[t].shots if shots is None else shots, calculator=c, n=0, accuracy=np.nan,
+                      metric=DOWNSTREAM_TASKS[t].metric, missing=why)
+                 for t, why in missing.items() for c in _downstream_settings(t, calculators)]
+    return pd.DataFrame(rows)
+
+
+def downstream_table(runs: dict[str, Path], tasks, split: str = "enwiki_valid", **kwargs) -> pd.DataFrame:
+    "`downstream_results` of each finished stacking run's final weights (`method`, block size and schedule), with its final `split` loss (`val_loss`)."
+    items = []
+    for method, run in runs.items():
+        _, stack, _ = _stack_run(run)
+        grown = method not in ("baseline", "looped")
+        items.append(dict(path=run, method=method, block_size=stack.block_size if grown else None,
+                          schedule=f"{stack.schedule.capitalize()}-{stack.alpha:g}" if grown else None))
+    out = downstream_results(items, tasks, **kwargs)
+    return out.assign(val_loss=out.method.map({m: final_eval_loss(run, split) for m, run in runs.items()}))
+
+# %% ../nbs/06c_stack_results.ipynb #f76f94cb
+TABLE2_PAPER = (  # Saunshi et al. Table 2 (%): (model, method, block size, schedule (MIDAS: Prop-2, §4.3; block size
+    # from Table 1), val loss, math WPs 5-shot w/o and with calculator, GSM8k 8-shot w/o and with, GSM8k fine-tuned w/o and with)
+    ("2B", "Baseline", None, None, 1.926, 15.4, 27.1, 3.0, 3.6, 5.3, 8.5),
+    ("2B", "MIDAS", 8, "Prop-2", 1.929, 22.5, 38.3, 3.0, 4.1, 10.4, 14.5),
+    ("8B", "Baseline", None, None, 1.841, 27.3, 34.9, 4.5, 6.6, 12.3, 15.8),
+    ("8B", "MIDAS", 9, "Prop-2", 1.844, 32.9, 43.1, 5.5, 7.4, 15.2, 18.7),
+)
+TABLE2_COLUMNS = ("math_wp", "math_wp_calc", "gsm8k", "gsm8k_calc", "gsm8k_finetuned", "gsm8k_finetuned_calc")
+_A2_ROWS = (  # Tables 3-5's rows: (model, method, block size, schedule)
+    ("1B", "Baseline", None, None), ("1B", "GradStack", 4, "Prop-1"), ("1B", "MIDAS", 4, "Prop-1"),
+    ("1B", "MIDAS", 3, "Prop-1"), ("1B", "GradStack", 4, "Prop-2"), ("1B", "MIDAS", 4, "Prop-2"),
+    ("1B", "MIDAS", 3, "Prop-2"), ("1B", "MIDAS", 4, "Prop-3"), ("2B", "Baseline", None, None),
+    ("2B", "MIDAS", 8, "Prop-1"), ("2B", "MIDAS", 8, "Prop-2"))
+TABLE3_PAPER = (  # Saunshi et al. Table 3, closed-book QA (%), rows as _A2_ROWS: TriviaQA, TyDi QA (no context), NQ, WebQuestions
+    (28.050, 11.968, 4.543, 8.120), (22.395, 10.106, 3.019, 5.807), (24.984, 11.702, 3.712, 5.856),
+    (22.883, 9.574, 3.546, 6.496), (22.870, 11.436, 3.989, 5.856), (26.411, 10.372, 3.712, 6.447),
+    (25.460, 10.904, 3.767, 7.431), (26.911, 11.968, 4.460, 6.841), (33.579, 12.766, 5.928, 8.711),
+    (31.090, 11.702, 5.568, 7.776), (34.580, 13.032, 6.260, 8.907))
+TABLE4_PAPER = (  # Table 4, open-book QA (%): TyDi QA (GoldP), SQuAD v2, DROP, QuAC, CoQA. Its 7th row is printed
+    # "Midas 2 Prop-2 (1B)" where Tables 3 and 5 have block size 3 (a typo, read as 3)
+    (31.364, 41.102, 22.850, 18.782, 52.615), (34.318, 36.907, 21.529, 17.465, 46.763),
+    (36.136, 39.148, 24.287, 18.727, 54.350), (37.045, 44.892, 25.010, 18.354, 55.085),
+    (30.000, 40.958, 22.106, 17.200, 47.842), (35.455, 46.576, 24.444, 19.654, 55.372),
+    (38.182, 46.256, 24.780, 19.944, 57.269), (33.636, 40.226, 24.717, 19.488, 55.853),
+    (42.500, 49.558, 25.063, 20.588, 57.806), (37.727, 48.892, 26.133, 20.068, 61.822),
+    (41.818, 47.974, 27.884, 20.737, 62.637))
+TABLE5_PAPER = (  # Table 5, math word problems (%, 5-shot, calculator): ASDiv, MAWPS AddSub, MultiArith, SingleEq, SingleOp, SVAMP
+    (21.708, 38.987, 1.667, 30.512, 34.164, 13.900), (19.084, 38.734, 2.000, 31.102, 35.231, 15.100),
+    (27.719, 45.063, 2.833, 40.157, 49.110, 16.900), (25.763, 45.063, 2.500, 33.071, 40.747, 14.800),
+    (15.219, 29.114, 1.000, 24.606, 26.335, 7.600), (26.288, 51.899, 3.333, 39.370, 40.036, 13.000),
+    (28.578, 38.987, 3.000, 41.142, 50.356, 16.800), (28.912, 55.696, 1.500, 41.142, 50.890, 21.800),
+    (27.863, 41.519, 3.167, 37.402, 36.477, 16.400), (28.960, 56.203, 1.000, 41.929, 45.907, 18.100),
+    (34.685, 58.228, 7.333, 50.000, 57.473, 21.800))
+_PAPER_TASK_TABLES = {3: ("closed_book_qa", TABLE3_PAPER), 4: ("open_book_qa", TABLE4_PAPER), 5: ("math", TABLE5_PAPER)}
+_ROW_KEYS = ["source", "model", "method", "block_size", "schedule"]
+
+
+def downstream_paper(table: int) -> pd.DataFrame:
+    "Saunshi et al.'s Table 2 (columns `TABLE2_COLUMNS`) or per-task Table 3, 4 or 5 (columns: task names), in %."
+    if table == 2:
+        return pd.DataFrame(TABLE2_PAPER, columns=["model", "method", "block_size", "schedule", "val_loss",
+                                                   *TABLE2_COLUMNS]).assign(source="paper")
+    if table not in _PAPER_TASK_TABLES:
+        raise ValueError(f"downstream_paper: table {table} is not one of 2, 3, 4, 5")
+    group, values = _PAPER_TASK_TABLES[table]
+    return pd.DataFrame([(*r, *v) for r, v in zip(_A2_ROWS, values)],
+                        columns=["model", "method", "block_size", "schedule", *GROUPS[group]]).assign(source="paper")
+
+
+def _setting(results: pd.DataFrame, calculator: bool) -> pd.DataFrame:
+    "The rows of one calculator setting (tasks without calculator annotations keep their single row)."
+    calc = results.task.map(lambda t: DOWNSTREAM_TASKS[t].calculator).astype(bool)
+    return results[~calc | (results.calculator == calculator)]
+
+
+def _ours(results: pd.DataFrame, model: str) -> pd.DataFrame:
+    "One row per method of ours: the `_ROW_KEYS` labels and the final validation loss."
+    first = results.groupby("method", sort=False, dropna=False).first().reset_index()
+    col = lambda name: first[name] if name in first else np.nan
+    return pd.DataFrame(dict(source="ours", model=model, method=first.method, block_size=col("block_size"),
+                             schedule=col("schedule"), val_loss=col("val_loss")))
+
+
+def downstream_table1(results: pd.DataFrame, model: str) -> pd.DataFrame:
+    """Table 1's downstream columns: per method, accuracy (%) averaged over each group's scored tasks (math word
+    problems with the calculator) and over all of them (`average`; the paper's 15 tasks), with how many of the
+    group's tasks were scored; the paper's Table 1 below (its `model` and schedule columns; ours: `model`)."""
+    r = _setting(results[results.group.isin(TABLE1_GROUPS)], True)
+    ours = _ours(r, model).set_index("method")
+    for group, col in _TABLE1_COLUMNS.items():
+        g = r[(r.group == group) & r.accuracy.notna()]
+        ours[col] = g.groupby("method").accuracy.mean() * 100
+        ours[f"{col}_tasks"] = g.groupby("method").task.nunique().reindex(ours.index).fillna(0).astype(int).astype(str) \
+            + f"/{len(GROUPS[group])}"
+    ours["average"] = r[r.accuracy.notna()].groupby("method").accuracy.mean() * 100
+    paper = table1_paper().assign(source="paper")
+    return pd.concat([ours.reset_index(), paper[_ROW_KEYS + ["val_loss", *_TABLE1_COLUMNS.values(), "average"]]],
+                     ignore_index=True)[_ROW_KEYS + ["val_loss", *[c for col in _TABLE1_COLUMNS.values()
+                                                                   for c in (col, f"{col}_tasks")], "average"]]
+
+
+def downstream_task_table(results: pd.DataFrame, table: int, model: str) -> pd.DataFrame:
+    "Table 3, 4 or 5: accuracy (%) per method and task of its group (math with the calculator), the paper's rows below."
+    group = _PAPER_TASK_TABLES[table][0]
+    r = _setting(results[results.group == group], True)
+    ours = _ours(r, model).set_index("method")
+    acc = r.set_index(["method", "task"]).accuracy.unstack("task").reindex(columns=list(GROUPS[group])) * 100
+    ours = ours.join(acc).reset_index()
+    return pd.concat([ours, downstream_paper(table)], ignore_index=True)[_ROW_KEYS + ["val_loss", *GROUPS[group]]]
+
+
+def downstream_table2(results: pd.DataFrame, model: str) -> pd.DataFrame:
+    """Table 2: math word problems (mean over the scored tasks) 5-shot, GSM8k 8-shot and GSM8k fine-tuned, each without
+    and with the calculator (%), per method; the paper's 2B and 8B rows below."""
+    ours = _ours(results, model).set_index("method")
+    for group, col in (("math", "math_wp"), ("gsm8k", "gsm8k"), ("gsm8k_finetuned", "gsm8k_finetuned")):
+        for calc, name in ((False, col), (True, f"{col}_calc")):
+            g = results[(results.group == group) & (results.calculator == calc) & results.accuracy.notna()]
+            ours[name] = g.groupby("method").accuracy.mean() * 100
+    return pd.concat([ours.reset_index(), downstream_paper(2)], ignore_index=True)[_ROW_KEYS + ["val_loss", *TABLE2_COLUMNS]]
+
+
+def tydiqa_context_table(results: pd.DataFrame, model: str) -> pd.DataFrame:
+    """Figure 3's numbers: TyDi QA accuracy (%) without and with its context per method, and each method's gain over
+    its model's baseline; the paper's rows (Tables 3 and 4) below. Ours are missing (`missing` says why) where TyDi
+    QA is not here."""
+    paper = downstream_paper(3)[_ROW_KEYS + ["tydiqa_nocontext"]].join(downstream_paper(4)[["tydiqa_goldp"]])
+    r = results[results.task.isin(["tydiqa_nocontext", "tydiqa_goldp"])]
+    ours = _ours(r, model).drop(columns="val_loss").set_index("method")
+    ours = ours.join(r.set_index(["method", "task"]).accuracy.unstack("task").reindex(
+        columns=["tydiqa_nocontext", "tydiqa_goldp"]) * 100)
+    ours["missing"] = r.groupby("method").missing.agg(lambda m: "; ".join(dict.fromkeys(m.dropna())) or None)
+    out = pd.concat([ours.reset_index(), paper], ignore_index=True)
+    base = out[out.method.str.lower() == "baseline"].set_index(["source", "model"])
+    for col in ("tydiqa_nocontext", "tydiqa_goldp"):
+        ref = out.set_index(["source", "model"]).index.map(base[col].to_dict())
+        out[f"{col}_gain"] = out[col] - np.asarray(ref, dtype=float)
+    return out[_ROW_KEYS + ["tydiqa_nocontext", "tydiqa_goldp", "tydiqa_nocontext_gain", "tydiqa_goldp_gain", "missing"]]
+
+
+def downstream_isoplot_table(runs: dict[str, Path], tasks, split: str = "enwiki_valid", **kwargs) -> pd.DataFrame:
+    """Figure 4's points: at every kept snapshot of each run, each group's accuracy (mean over its scored tasks, math
+    word problems with the calculator; `task`: the group's title) with the `split` loss at that step (`val_loss`)."""
+    items = [it for method, run in runs.items() for it in snapshot_items(run, method=method)]
+    res = _setting(downstream_results(items, tasks, calculators=(True,), **kwargs), True)
+    res = res[res.accuracy.notna()]
+    if res.empty:
+        return pd.DataFrame(columns=["method", "step", "group", "task", "accuracy", "tasks", "n", "val_loss"])
+    acc = (res.groupby(["method", "step", "group"], sort=False)
+           .agg(accuracy=("accuracy", "mean"), tasks=("task", "nunique"), n=("n", "sum")).reset_index())
+    acc["task"] = acc.group.map(GROUP_TITLES)
+    metrics = pd.concat([read_metrics(run).assign(method=m) for m, run in runs.items()], ignore_index=True)
+    return isoplot_frame(acc, metrics, split, run_keys=("method",))
+
+# %% ../nbs/06c_stack_results.ipynb #b572a7c2
+_UNTESTED = ("not testable", "not reproducible here")
+
+
+def _combine_verdicts(verdicts: list[str]) -> str:
+    "One verdict over several groups or settings (as the report's `combine`)."
+    tested = [v for v in verdicts if v not in _UNTESTED]
+    if not tested:
+        return "not reproducible here" if verdicts and set(verdicts) == {"not reproducible here"} else "not testable"
+    return tested[0] if len(set(tested)) == 1 else "mixed"
+
+
+def missing_tasks(rows: pd.DataFrame) -> str:
+    "Which tasks of `downstream_results` rows could not be scored here and why, a reason shared by several tasks said once."
+    why: dict[str, list[str]] = {}
+    for title, line in rows.dropna(subset=["missing"]).drop_duplicates("task")[["title", "missing"]].itertuples(index=False):
+        why.setdefault(line.removeprefix(f"{title}: "), []).append(title)
+    return "; ".join(f"{', '.join(titles)}: {reason}" for reason, titles in why.items())
+
+
+def _absent(rows: pd.DataFrame, paper: str, what: str = "not scored at this preset") -> tuple[str, str]:
+    "No accuracy to read: the data are not here (not reproducible here, saying which), or nothing was scored (not testable)."
+    if rows.empty or rows.missing.isna().all():
+        return f"{what}. {paper}", "not testable"
+    return f"Missing here: {missing_tasks(rows)}. {paper}", "not reproducible here"
+
+
+def _mean_and_se(g: pd.DataFrame) -> tuple[float, float]:
+    "A group's accuracy (mean over its tasks, as the paper averages) and its binomial standard error (Laplace-smoothed)."
+    p = (g.accuracy * g.n + 1) / (g.n + 2)
+    return float(g.accuracy.mean()), float(np.sqrt((p * (1 - p) / g.n).sum()) / len(g))
+
+
+def _floor(rows: pd.DataFrame) -> str | None:
+    "Why the rows carry no signal (every accuracy 0), with the 95% upper bound that leaves; None if some are above 0."
+    if (rows.accuracy > 0).any():
+        return None
+    n = int(rows.n.min())
+    return (f"every method scores 0 of {n}{'+' if rows.n.nunique() > 1 else ''} examples on each of "
+            f"{rows.task.nunique()} task(s) ({', '.join(dict.fromkeys(rows.title))}), which bounds each accuracy "
+            f"below {100 * (1 - 0.05 ** (1 / n)):.0f}% (95%); these are free-form answers scored by exact match, so "
+            "there is no guessing baseline to compare with")
+
+
+def _gap(results: pd.DataFrame, better: str = "midas", worse: str = "baseline") -> tuple[float, float, str]:
+    "(difference of the two methods' group accuracy, its 95% half-width, the numbers as text) over the tasks both scored."
+    a, b = (results[(results.method == m) & results.accuracy.notna()] for m in (better, worse))
+    both = sorted(set(a.task) & set(b.task))
+    (ma, sa), (mb, sb) = _mean_and_se(a[a.task.isin(both)]), _mean_and_se(b[b.task.isin(both)])
+    diff, half = ma - mb, 1.96 * float(np.hypot(sa, sb))
+    return diff, half, (f"{better} {100 * ma:.1f}% vs {worse} {100 * mb:.1f}% ({100 * diff:+.1f} points, 95% interval "
+                        f"[{100 * (diff - half):+.1f}, {100 * (diff + half):+.1f}], {len(both)} task(s))")
+
+
+def _ahead(diff: float, half: float) -> str:
+    "holds if the interval is above 0, inconclusive if it spans 0 with a positive difference, else does not hold."
+    return "holds" if diff - half > 0 else "inconclusive" if diff > 0 else "does not hold"
+
+
+def _losses(results: pd.DataFrame) -> str:
+    if "val_loss" not in results or results.val_loss.isna().all():
+        return ""
+    loss = results.groupby("method").val_loss.first()
+    return " Validation loss " + ", ".join(f"{m} {v:.3f}" for m, v in loss.items()) + "."
+
+
+def _paper_gap(column: str) -> str:
+    "The paper's Table 1 MIDAS rows minus their model's baseline in `column`."
+    paper = table1_paper()
+    base = paper[paper.method == "Baseline"].set_index("model")[column]
+    gaps = paper[paper.method == "MIDAS"].pipe(lambda m: m[column] - m.model.map(base))
+    return f"{gaps.mean():+.1f} points on average ({gaps.min():+.1f} to {gaps.max():+.1f}, {len(gaps)} MIDAS rows)"
+
+
+def _methods_missing(results: pd.DataFrame, methods=("baseline", "midas")) -> str | None:
+    have = set(results.method)
+    lacking = [m for m in methods if m not in have]
+    return f"no {' or '.join(lacking)} run among the scored methods ({', '.join(sorted(have)) or 'none'})" if lacking else None
+
+
+def _group_claim(results: pd.DataFrame, group: str, calculator: bool, verdict) -> tuple[str, str]:
+    "Evidence and verdict comparing MIDAS with the baseline on one group; `verdict(diff, half)` reads the gap."
+    if (why := _methods_missing(results)) is not None:
+        return why, "not testable"
+    rows = _setting(results[(results.group == group) & results.method.isin(["baseline", "midas"])], calculator)
+    scored, absent = rows[rows.accuracy.notna()], missing_tasks(rows)
+    paper = f"Paper (Table 1): {_paper_gap(_TABLE1_COLUMNS[group])}."
+    if scored.empty:
+        return _absent(rows, paper)
+    tail = (f" Not scored here: {absent}." if absent else "") + _losses(results) + f" {paper}"
+    if (floor := _floor(scored)) is not None:
+        return floor[0].upper() + floor[1:] + "." + tail, "not testable"
+    diff, half, text = _gap(scored)
+    return f"{GROUP_TITLES[group]}: {text}.{tail}", verdict(diff, half)
+
+
+def _claim_open_book(results: pd.DataFrame, iso: pd.DataFrame | None = None) -> tuple[str, str]:
+    return _group_claim(results, "open_book_qa", False, _ahead)
+
+
+def _claim_math_word_problems(results: pd.DataFrame, iso: pd.DataFrame | None = None) -> tuple[str, str]:
+    return _group_claim(results, "math", True, _ahead)
+
+
+def _claim_closed_book(results: pd.DataFrame, iso: pd.DataFrame | None = None) -> tuple[str, str]:
+    "Closed-book QA (memorization) does not improve: holds if MIDAS is not ahead, does not hold if it is beyond the interval."
+    return _group_claim(results, "closed_book_qa", False,
+                        lambda d, h: "holds" if d <= 0 else "inconclusive" if d - h <= 0 else "does not hold")
+
+
+def _claim_isoplots(results: pd.DataFrame, iso: pd.DataFrame | None) -> tuple[str, str]:
+    """At the same validation loss (the baseline's accuracy interpolated at MIDAS's snapshot losses, where the two runs'
+    losses overlap), MIDAS lies above the baseline on open-book QA and math word problems."""
+    paper = "Paper (Fig. 4, 1B, Prop-2): MIDAS and the baseline diverge at equal log-perplexity, differently per group."
+    if iso is None or iso.empty:
+        return f"no isoplot points at this preset. {paper}", "not testable"
+    parts, verdicts = [], []
+    for group in ("open_book_qa", "math", "closed_book_qa"):
+        g = iso[iso.group == group]
+        if g.empty or not {"baseline", "midas"} <= set(g.method):
+            why = missing_tasks(_setting(results[results.group == group], True))
+            parts.append(f"{GROUP_TITLES[group]}: no points ({why or 'not scored'})")
+            verdicts.append("not reproducible here" if why else "not testable")
+            continue
+        if not (g.accuracy > 0).any():
+            parts.append(f"{GROUP_TITLES[group]}: 0% for both methods at every snapshot")
+            verdicts.append("not testable")
+            continue
+        base = g[g.method == "baseline"].sort_values("val_loss")
+        mid = g[(g.method == "midas") & g.val_loss.between(base.val_loss.min(), base.val_loss.max())]
+        if mid.empty:
+            parts.append(f"{GROUP_TITLES[group]}: the two runs' validation losses do not overlap")
+            verdicts.append("not testable")
+            continue
+        gap = float((mid.accuracy - np.interp(mid.val_loss, base.val_loss, base.accuracy)).mean())
+        parts.append(f"{GROUP_TITLES[group]}: MIDAS {100 * gap:+.1f} points above the baseline at equal loss "
+                     f"({len(mid)} MIDAS snapshots)")
+        if group != "closed_book_qa":  # the claim is about the reasoning groups; closed-book QA is shown beside
+            verdicts.append("holds" if gap > 0 else "does not hold")
+    return "; ".join(parts) + f". {paper}", _combine_verdicts(verdicts)
+
+
+def _claim_tydiqa_context(results: pd.DataFrame, iso: pd.DataFrame | None = None) -> tuple[str, str]:
+    "MIDAS's gain over the baseline on TyDi QA is larger with the context (GoldP) than without."
+    t = tydiqa_context_table(results, "ours")
+    paper = t[(t.source == "paper") & (t.method == "MIDAS")]
+    paper_text = (f"Paper (Tables 3, 4; {len(paper)} MIDAS rows): gain with context "
+                  f"{paper.tydiqa_goldp_gain.mean():+.1f} points on average, without {paper.tydiqa_nocontext_gain.mean():+.1f}.")
+    if (why := _methods_missing(results)) is not None:
+        return f"{why}. {paper_text}", "not testable"
+    rows = results[results.task.isin(["tydiqa_nocontext", "tydiqa_goldp"]) & results.method.isin(["baseline", "midas"])]
+    if rows.empty or rows.accuracy.isna().any():
+        return _absent(rows, paper_text, "TyDi QA was not scored at this preset")
+    if (floor := _floor(rows)) is not None:
+        return f"{floor[0].upper() + floor[1:]}. {paper_text}", "not testable"
+    d_ctx, h_ctx, with_text = _gap(rows[rows.task == "tydiqa_goldp"])
+    d_no, h_no, without_text = _gap(rows[rows.task == "tydiqa_nocontext"])
+    return (f"with context: {with_text}; without: {without_text}. {paper_text}",
+            _ahead(d_ctx - d_no, float(np.hypot(h_ctx, h_no))))
+
+
+def _claim_calculator(results: pd.DataFrame, iso: pd.DataFrame | None = None) -> tuple[str, str]:
+    "With the calculator, math word problems (5-shot) and GSM8k (8-shot) score higher for both methods."
+    paper = downstream_paper(2)
+    paper_text = "Paper (Table 2, with minus without, math WPs / GSM8k 8-shot): " + ", ".join(
+        f"{r.model} {r.method} {r.math_wp_calc - r.math_wp:+.1f} / {r.gsm8k_calc - r.gsm8k:+.1f}" for r in paper.itertuples())
+    rows = results[results.group.isin(["math", "gsm8k"]) & results.method.isin(["baseline", "midas"])]
+    scored = rows[rows.accuracy.notna()]
+    if scored.empty:
+        return _absent(rows, paper_text + ".")
+    if (floor := _floor(scored)) is not None:
+        return f"{floor[0].upper() + floor[1:]}, with and without the calculator. {paper_text}.", "not testable"
+    parts, verdicts = [], []
+    for (method, group), g in scored.groupby(["method", "group"]):
+        with_calc, without = g[g.calculator.astype(bool)], g[~g.calculator.astype(bool)]
+        if with_calc.empty or without.empty:
+            parts.append(f"{method} {GROUP_TITLES[group]}: scored {'with' if without.empty else 'without'} the calculator only")
+            verdicts.append("not testable")
+            continue
+        (m1, s1), (m0, s0) = _mean_and_se(with_calc), _mean_and_se(without)
+        diff, half = m1 - m0, 1.96 * float(np.hypot(s1, s0))
+        parts.append(f"{method} {GROUP_TITLES[group]} {100 * m0:.1f}% -> {100 * m1:.1f}% ({100 * diff:+.1f} points)")
+        verdicts.append(_ahead(diff, half))
+    return "; ".join(parts) + f". {paper_text}.", _combine_verdicts(verdicts)
+
+
+def _claim_gsm8k_finetuned(results: pd.DataFrame, iso: pd.DataFrame | None = None) -> tuple[str, str]:
+    "After GSM8k fine-tuning MIDAS scores above the baseline, with and without the calculator."
+    paper = downstream_paper(2).set_index(["model", "method"])
+    paper_text = "Paper (Table 2, GSM8k fine-tuned, baseline -> MIDAS, without / with calculator): " + ", ".join(
+        f"{m} {paper.loc[(m, 'Baseline'), 'gsm8k_finetuned']:.1f}% -> {paper.loc[(m, 'MIDAS'), 'gsm8k_finetuned']:.1f}% / "
+        f"{paper.loc[(m, 'Baseline'), 'gsm8k_finetuned_calc']:.1f}% -> {paper.loc[(m, 'MIDAS'), 'gsm8k_finetuned_calc']:.1f}%"
+        for m in dict.fromkeys(paper.index.get_level_values("model")))
+    if (why := _methods_missing(results)) is not None:
+        return f"{why}. {paper_text}.", "not testable"
+    rows = results[(results.group == "gsm8k_finetuned") & results.method.isin(["baseline", "midas"])]
+    scored = rows[rows.accuracy.notna()]
+    if scored.empty:
+        return _absent(rows, paper_text + ".", "GSM8k fine-tuning was not scored at this preset")
+    if (floor := _floor(scored)) is not None:
+        return f"{floor[0].upper() + floor[1:]}, with and without the calculator. {paper_text}.", "not testable"
+    parts, verdicts = [], []
+    for calc, g in scored.groupby("calculator"):
+        diff, half, text = _gap(g)
+        parts.append(f"{'with' if calc else 'without'} calculator: {text}")
+        verdicts.append(_ahead(diff, half))
+    return "; ".join(parts) + f". {paper_text}.", _combine_verdicts(verdicts)
+
+
+DOWNSTREAM_CLAIMS = [  # (where, claim, check(results, iso) -> (evidence, verdict))
+    ("§3, Tables 1, 4", "At similar validation loss, MIDAS beats the baseline on open-book QA", _claim_open_book),
+    ("§4.3, Tables 1, 5", "At similar validation loss, MIDAS beats the baseline on math word problems (5-shot, calculator)",
+     _claim_math_word_problems),
+    ("§3, Tables 1, 3", "MIDAS does not improve closed-book QA (memorization)", _claim_closed_book),
+    ("§4.1, Fig. 4", "At the same validation loss, MIDAS lies above the baseline on open-book QA and math word problems "
+     "(isoplots over the snapshots)", _claim_isoplots),
+    ("§4.2, Fig. 3", "MIDAS gains more on TyDi QA with its context than without", _claim_tydiqa_context),
+    ("§4.3, Table 2", "A calculator raises math word problem (5-shot) and GSM8k (8-shot) accuracy for both methods",
+     _claim_calculator),
+    ("§4.3, Table 2", "MIDAS stays ahead of the baseline on GSM8k after fine-tuning, with and without a calculator",
+     _claim_gsm8k_finetuned),
+]
+
+
+def downstream_verdicts(results: pd.DataFrame, iso: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The fidelity-summary rows of Saunshi et al.'s downstream claims: `results` as `downstream_table` writes them
+    (final weights, both calculator settings), `iso` as `downstream_isoplot_table`."""
+    return pd.DataFrame([dict(paper="Saunshi", where=where, claim=claim, **dict(zip(("evidence", "verdict"), check(results, iso))))
+                         for where, claim, check in DOWNSTREAM_CLAIMS])

@@ -1,0 +1,246 @@
+"""Downstream evaluation: the lm-eval model class against direct computation and DecoderLM.generate, batch-size
+invariance, the calculator (correct, malformed, nested, zero-division; inside decoding), the mirror's tasks through
+lm-eval offline, the one-line report of online-only tasks, the command's resumable JSON per task, lm-eval kept quiet,
+GSM8k fine-tuning within the context and its results' place, and the verdicts of the downstream claims."""
+import contextlib
+import io
+import json
+
+import pandas as pd
+import pytest
+import torch
+from lm_eval.api.instance import Instance
+
+from depthnb.config import ModelConfig
+from depthnb.presets import get_preset
+from depthnb.data import train_tokenizer
+from depthnb.downstream import DepthnbLM, apply_calculator, calculator_edit, safe_eval, CalculatorError
+from depthnb.downstream_tasks import (DOWNSTREAM_TASKS, GROUPS, cli_downstream, evaluate_config, evaluate_task,
+                                     fits_context, gsm8k_finetune_data, gsm8k_finetune_dir, lm_eval_config,
+                                     primitive_config, result_path, task_unavailable)
+from depthnb.model import DecoderLM, generate_many
+from depthnb.runs import save_weights, write_or_check_config
+from depthnb.stack_results import DOWNSTREAM_CLAIMS, downstream_verdicts
+
+
+@pytest.fixture(scope="module")
+def tok():
+    torch.set_num_threads(1)
+    return train_tokenizer(get_preset("tiny").pretrain.data, log=None)
+
+
+@pytest.fixture(scope="module")
+def model():
+    torch.manual_seed(0)
+    return DecoderLM(ModelConfig(d_model=32, d_attn=32, n_heads=2, d_ff=64, n_layers=2, n_vocab=2048, n_ctx=64)).eval()
+
+
+def req(kind, *args):
+    return Instance(request_type=kind, doc={}, arguments=args, idx=0)
+
+
+PAIRS = [("The capital of France is", " Paris"), ("", "Hello"), ("Q: 2+2? ", "A: 4"), ("x " * 80, "the end")]
+
+
+def test_loglikelihood_is_sum_of_token_logprobs(model, tok):
+    lm = DepthnbLM(model=model, tokenizer=tok, bf16=False)
+    for (c, x), (lp, greedy) in zip(PAIRS, lm.loglikelihood([req("loglikelihood", c, x) for c, x in PAIRS])):
+        ctx, cont = lm._encode_pair(c, x)
+        ids = (ctx + cont)[-(model.cfg.n_ctx + 1):]  # left-truncated to the context
+        with torch.no_grad():
+            logp = torch.log_softmax(model(torch.tensor([ids[:-1]]))[0].float(), -1)[0]
+        pos = range(len(ids) - 1 - len(cont), len(ids) - 1)
+        direct = sum(logp[p, t].item() for p, t in zip(pos, cont))
+        assert lp == pytest.approx(direct, abs=1e-4)
+        assert greedy == all(logp[p].argmax().item() == t for p, t in zip(pos, cont))
+
+
+def test_batch_size_changes_nothing(model, tok):
+    reqs = [req("loglikelihood", c, x) for c, x in PAIRS]
+    gens = [req("generate_until", c or "A", {"until": ["\n\n"], "max_gen_toks": 10}) for c, _ in PAIRS]
+    ref_ll = DepthnbLM(model=model, tokenizer=tok, batch_size=1, bf16=False).loglikelihood(reqs)
+    ref_gen = DepthnbLM(model=model, tokenizer=tok, batch_size=1, bf16=False).generate_until(gens)
+    for bs in (2, 3, 8):
+        lm = DepthnbLM(model=model, tokenizer=tok, batch_size=bs, bf16=False)
+        for (a, ga), (b, gb) in zip(ref_ll, lm.loglikelihood(reqs)):
+            assert a == pytest.approx(b, abs=1e-4) and ga == gb
+        assert lm.generate_until(gens) == ref_gen
+
+
+def test_greedy_equals_decoderlm_generate(model, tok):
+    prompts = ["The history of", "In 1990, the", "A long time ago in a"]
+    lm = DepthnbLM(model=model, tokenizer=tok, batch_size=2, bf16=False)
+    got = lm.generate_until([req("generate_until", p, {"until": [], "max_gen_toks": 16}) for p in prompts])
+    ref = generate_many(model, [tok.encode(p) for p in prompts], 16, tok.pad_id, tok.eos_id)
+    assert got == [tok.decode(r) for r in ref]
+
+
+def test_rolling_covers_every_token_once(model, tok):
+    lm = DepthnbLM(model=model, tokenizer=tok, bf16=False)
+    text = "word " * 150  # several windows of 64 tokens
+    ids = tok.encode(text)
+    with torch.no_grad():  # each token's log-prob under its window, straight from lm-eval's window arithmetic
+        total = 0.0
+        from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
+        for ctx, cont in map(make_disjoint_window, get_rolling_token_windows(ids, tok.eos_id, 64, 1)):
+            total += lm.score_tokens([(ctx, cont)])[0][0]
+    assert lm.loglikelihood_rolling([req("loglikelihood_rolling", text)])[0] == pytest.approx(total, abs=1e-3)
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("sold 48/2 = <<48/2=", "sold 48/2 = <<48/2=24>>"),  # correct
+    ("<<((2+3)*(4-1))/2=", "<<((2+3)*(4-1))/2=7.5>>"),  # nested parentheses
+    ("<<a <<3*4=", "<<a <<3*4=12>>"),  # nested openings: the last one
+    ("<<12*5=6", "<<12*5=60>>"),  # the model's own digits replaced
+    ("<<2+*3=", "<<2+*3="),  # malformed: unchanged
+    ("<<(2+3=", "<<(2+3="),  # unbalanced
+    ("<<eggs*2=", "<<eggs*2="),  # a name is not arithmetic
+    ("<<5/(2-2)=", "<<5/(2-2)="),  # division by zero
+    ("<<48/2=24>> and", "<<48/2=24>> and"),  # closed already
+])
+def test_calculator_on_handwritten_continuations(text, expected):
+    assert apply_calculator(text) == expected
+
+
+def test_safe_eval_refuses_code():
+    for bad in ["__import__('os').system('true')", "(lambda: 1)()", "open('x')", "9**99", "[1][0]"]:
+        with pytest.raises(CalculatorError):
+            safe_eval(bad)
+    with pytest.raises(CalculatorError, match="division by zero"):
+        safe_eval("1/0")
+
+
+def test_calculator_inside_decoding(model, tok):
+    gen = {"until": ["\n\n"], "max_gen_toks": 8}
+    on = DepthnbLM(model=model, tokenizer=tok, calculator=True, bf16=False)
+    off = DepthnbLM(model=model, tokenizer=tok, calculator=False, bf16=False)
+    ctx = "He has 3*(4+1) = <<3*(4+1)="
+    assert on.generate_until([req("generate_until", ctx, gen)])[0].startswith("15>>")
+    assert not off.generate_until([req("generate_until", ctx, gen)])[0].startswith("15>>")
+    # a refused expression leaves the model's own continuation
+    bad = "He has <<3/0="
+    assert on.generate_until([req("generate_until", bad, gen)]) == off.generate_until([req("generate_until", bad, gen)])
+    assert calculator_edit(bad) is None
+
+
+def test_task_registry_covers_the_paper():
+    assert len(GROUPS["closed_book_qa"]) == 4 and len(GROUPS["open_book_qa"]) == 5 and len(GROUPS["math"]) == 6
+    assert lm_eval_config("gsm8k")["num_fewshot"] == 8
+    assert all(lm_eval_config(t)["num_fewshot"] == 5 for t in GROUPS["math"])
+
+
+def test_online_only_task_is_one_line(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    for name in ("triviaqa", "tydiqa_goldp", "squadv2", "drop", "coqa", "tydiqa_nocontext"):
+        why = task_unavailable(name)
+        assert why == f"{DOWNSTREAM_TASKS[name].title}: not in the local mirror; needs the internet (HF_HUB_OFFLINE is set)"
+    assert "\n" not in task_unavailable("quac")
+    assert task_unavailable("nq_open") is None and task_unavailable("gsm8k") is None
+
+
+def test_mirror_tasks_through_lm_eval_offline(model, tok, monkeypatch):
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    lm = DepthnbLM(model=model, tokenizer=tok, bf16=False, calculator=True)
+    for name in ("svamp", "gsm8k", "nq_open", "webqs"):
+        rec = evaluate_task(lm, name, limit=2)
+        assert rec["n"] == 2 and 0.0 <= rec["accuracy"] <= 1.0, rec
+
+
+def test_primitives_as_lm_eval_tasks(model, tok):
+    lm = DepthnbLM(model=model, tokenizer=tok, bf16=False)
+    metrics, n, _ = evaluate_config(lm, primitive_config("psm", n=8), limit=4)
+    assert n == 4 and set(metrics) == {"accuracy,none", "accuracy_calculator,none"}
+
+
+def test_gsm8k_finetune_data():
+    data = gsm8k_finetune_data()
+    assert (len(data["train"]), len(data["train_heldout"]), len(data["test"])) == (7273, 200, 1319)
+    assert "<<" in data["train"][0]["target"] and "####" in data["train"][0]["target"]
+
+
+def test_cli_writes_one_json_per_task_and_resumes(model, tok, tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    run = tmp_path / "run"
+    write_or_check_config(run, dict(kind="pretrain", tokenizer=str(tok.path)))
+    save_weights(run / "final.pt", model, step=0)
+    argv = [str(run), "--tasks", "svamp,triviaqa", "--limit", "2", "--calculator", "both", "--device", "cpu"]
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert cli_downstream(argv) == 0
+    assert "TriviaQA: not in the local mirror; needs the internet" in out.getvalue()
+    files = sorted(p.name for p in (run / "downstream" / "final").glob("*.json"))
+    assert files == ["svamp.5shot.calc.limit2.json", "svamp.5shot.nocalc.limit2.json"]
+    assert json.loads(result_path(run, "svamp", 5, True, 2).read_text())["calculator"] is True
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert cli_downstream(argv) == 0
+    assert out.getvalue().count("scored already") == 2
+
+
+def test_cli_bad_arguments_are_one_line():
+    for argv, msg in ((["--tasks", "mathh"], "unknown task or group 'mathh'"), (["--limit", "0", "x"], "--limit 0"),
+                      (["no/such/run", "--tasks", "svamp"], "no such run directory")):
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            assert cli_downstream(argv) == 2
+        assert msg in err.getvalue() and len(err.getvalue().strip().splitlines()) == 1
+
+
+def test_lm_eval_is_quiet_by_default(model, tok, capfd, monkeypatch):
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    lm = DepthnbLM(model=model, tokenizer=tok, bf16=False)
+    assert evaluate_task(lm, "svamp", limit=2)["n"] == 2
+    err = capfd.readouterr().err
+    assert "Custom kwargs" not in err and "it/s" not in err, err
+
+
+def test_gsm8k_finetuning_leaves_out_what_does_not_fit(tok):
+    logs = []
+    data = gsm8k_finetune_data(tok, 128, log=logs.append)
+    for split in ("train", "train_heldout"):
+        assert 0 < len(data[split]) and all(fits_context(data[split], tok, 128))
+    assert len(data["test"]) == 1319  # the benchmark stays whole
+    assert logs == [f"GSM8k fine-tuning: {7273 - len(data['train'])} of 7273 train problems and "
+                    f"{200 - len(data['train_heldout'])} of 200 train_heldout problems are longer than n_ctx=128 tokens "
+                    "and left out"]
+    with pytest.raises(ValueError, match="no training problem fits in n_ctx=8"):
+        gsm8k_finetune_data(tok, 8, log=logs.append)
+
+
+def test_finetuned_gsm8k_results_sit_beside_the_others(tmp_path):
+    run = tmp_path / "run"
+    (run / "stage1").mkdir(parents=True)
+    (run / "config.json").write_text("{}")
+    assert gsm8k_finetune_dir(run) == run / "downstream" / "final" / "gsm8k_finetune"
+    assert result_path(run, "gsm8k_finetuned", 0, True, None) == run / "downstream" / "final" / "gsm8k_finetuned.0shot.calc.json"
+    snap = run / "stage1" / "step_00000016.pt"
+    assert result_path(snap, "svamp", 5, False, 8).parent == run / "downstream" / "step_00000016"
+
+
+def _rows(method, tasks, acc, calc=False, n=400, missing=None):
+    return [dict(method=method, task=t, title=DOWNSTREAM_TASKS[t].title, group=DOWNSTREAM_TASKS[t].group,
+                 calculator=calc, n=0 if missing else n, accuracy=float("nan") if missing else acc,
+                 missing=f"{DOWNSTREAM_TASKS[t].title}: {missing}" if missing else None, val_loss=2.0) for t in tasks]
+
+
+def test_downstream_verdicts():
+    offline = "not in the local mirror; needs the internet"
+    floor = pd.DataFrame([r for m in ("baseline", "midas") for r in
+                          _rows(m, GROUPS["math"], 0.0, True, n=8) + _rows(m, GROUPS["math"], 0.0, False, n=8)
+                          + _rows(m, GROUPS["open_book_qa"], 0, missing=offline)
+                          + _rows(m, ["tydiqa_nocontext"], 0, missing=offline)])
+    v = downstream_verdicts(floor).set_index("where")
+    assert v.loc["§4.3, Tables 1, 5", "verdict"] == "not testable"
+    assert "0 of 8 examples" in v.loc["§4.3, Tables 1, 5", "evidence"] and "below 31%" in v.loc["§4.3, Tables 1, 5", "evidence"]
+    assert v.loc["§3, Tables 1, 4", "verdict"] == v.loc["§4.2, Fig. 3", "verdict"] == "not reproducible here"
+    assert f"TyDi QA (GoldP), TyDi QA (no context): {offline}" in v.loc["§4.2, Fig. 3", "evidence"]
+    ahead = pd.DataFrame(_rows("baseline", GROUPS["math"], 0.20, True) + _rows("midas", GROUPS["math"], 0.30, True)
+                         + _rows("baseline", ["gsm8k_finetuned"], 0.10, True) + _rows("midas", ["gsm8k_finetuned"], 0.05, True)
+                         + _rows("baseline", ["gsm8k_finetuned"], 0.10) + _rows("midas", ["gsm8k_finetuned"], 0.11))
+    v = downstream_verdicts(ahead).set_index("claim").verdict
+    assert v[DOWNSTREAM_CLAIMS[1][1]] == "holds"  # math: +10 points on 6 x 400 examples
+    assert v[DOWNSTREAM_CLAIMS[6][1]] == "mixed"  # fine-tuned: behind with the calculator, level without
+    assert v[DOWNSTREAM_CLAIMS[5][1]] == "not testable"  # no calculator-off rows: the calculator's effect unmeasured
