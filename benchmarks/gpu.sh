@@ -21,8 +21,8 @@ if command -v nvidia-smi >/dev/null; then  # absent on the CPU (gpu_plan.py's re
 fi
 rc=0
 case $stage in
-  tests)  # the CUDA paths: FlexAttention vs SDPA (values and gradients), compiled bf16 training, the CLI
-    python3 -m pytest -q -rs tests/test_bench.py tests/test_model.py "$@" 2>&1 | tee "$OUT/tests.log" || rc=$? ;;
+  tests)  # the CUDA paths: FlexAttention vs SDPA, compiled bf16 training, the CLI, FSDP2 bf16 over nccl
+    python3 -m pytest -q -rs tests/test_bench.py tests/test_model.py tests/test_parallel.py "$@" 2>&1 | tee "$OUT/tests.log" || rc=$? ;;
   134M)   # Petty's 134M class at its base depth: MFU target 45%, ratio to the reference >= 1.0
     bench --device cuda --size-class 134M --layers 12 --n-ctx 1024 --batch 16 \
       --attn-impl sdpa,flex,flex-nobiasgrad --steps 10 --rounds 5 --record --json "$OUT/134M.json" "$@" \

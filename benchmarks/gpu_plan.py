@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # the checkout's depthnb, also where it is not installed (the device)
 
 from depthnb.commands import CommandParser, UsageError, preset_from_args  # noqa: E402
-from depthnb.config import STACK_METHODS  # noqa: E402
+from depthnb.config import STACK_METHODS, STACK_RUNS  # noqa: E402
 from depthnb.presets import load_preset, preset_depths, preset_size_class, resolve_size_class  # noqa: E402
 from depthnb.data import meta_path, prepare_pretraining  # noqa: E402
 from depthnb.sources import cache_dir, data_path, registry  # noqa: E402
@@ -61,6 +61,12 @@ DECODE_STEP_SECONDS = 0.004  # assumed: one greedy KV-cache step of a batch of a
 NOTEBOOK_SECONDS = 15  # papermill kernel start, imports, tables and figures of one experiment notebook
 TASK_TOKENS = {"cogs": 60, "cogs_vf": 45, "geoquery": 30, "passivization": 25}  # assumed tokens per example
 TASK_DATASETS = ("cogs", "cogs_vf", "geoquery", "passivization")  # registry datasets carried (tasks.TASKS)
+# Saunshi's downstream sets in the local mirror (downstream_tasks), carried for the `downstream` stage.
+DOWNSTREAM_DATASETS = ("gsm8k", "svamp", "asdiv", "mawps", "nq_open", "webquestions")
+DOWNSTREAM_LIMIT = 100  # midas_downstream's examples per task at `gpu` (its AUTO_LIMIT)
+# one scoring pass at that limit: NQ, WebQuestions; six math word problem sets and GSM8k, each without and with calculator
+DOWNSTREAM_PASS_EXAMPLES = 2 * DOWNSTREAM_LIMIT + 2 * 6 * DOWNSTREAM_LIMIT + 2 * DOWNSTREAM_LIMIT
+DOWNSTREAM_NEW_TOKENS = 64  # assumed mean greedy tokens per answer (stop sequences end most answers early)
 
 PLAN_DIR = ".gpu"  # carried folder (git-ignored): plan.json, data.tar.xz, whl/
 STATE_DIR = Path("runs") / "gpu-plan"  # on the device: state, logs, figures, bench outputs (ignored: kept warm)
@@ -76,13 +82,15 @@ class Stage:
     bench: str = ""  # gpu.sh stage
     experiments: tuple[str, ...] = ()
     after: tuple[str, ...] = ()  # stages that must be done first
+    later: bool = False  # added after the one-window plan: runs in the time a window has left, else in the next one
 
 
 # Most valuable first: the 134M MFU target and the CUDA tests, then the 41M family's pretraining; the other
 # benchmarks sit between the science stages, so a call's last minutes go to whatever still fits.
 STAGES = (
     Stage("bench-134M", "bench", "134M class at its base depth: MFU >= 45%, ratio >= 1.0", bench="134M"),
-    Stage("cuda-tests", "bench", "FlexAttention vs SDPA, compiled bf16 training, CLI on CUDA", bench="tests"),
+    Stage("cuda-tests", "bench", "FlexAttention vs SDPA, compiled bf16 training, CLI, FSDP2 bf16 (nccl) on CUDA",
+          bench="tests"),
     Stage("data", "science", "Table 1-2, Fig. 1, carried tokens and tasks checked",
           experiments=("petty_shapes", "petty_data")),
     Stage("pretrain", "science", "the 41M depth family (Figs. 2-3)", experiments=("petty_pretrain",), after=("data",)),
@@ -99,6 +107,8 @@ STAGES = (
     Stage("controls", "science", "equal perplexity, equal loss, rank, latency (Figs. 6-9)",
           experiments=("petty_equal_ppl", "petty_equal_loss", "petty_rank", "petty_latency"),
           after=("finetune",)),
+    Stage("downstream", "science", "Saunshi Tables 1-5, Figs. 3-4: the stacking runs on the mirrored downstream tasks",
+          experiments=("midas_downstream",), after=("stacking",), later=True),
 )
 # REPORT.md and the fidelity summary need no GPU: `assemble` runs the report notebook here on the returned tables.
 STAGE_NAMES = tuple(s.name for s in STAGES)
@@ -145,7 +155,11 @@ def science_seconds(preset) -> dict[str, float]:
             "finetune": NOTEBOOK_SECONDS + finetune,
             "stacking": NOTEBOOK_SECONDS + stacking * 1.15,
             "primitives": 2 * NOTEBOOK_SECONDS + 0.25 * stacking + 4 * one_ft,
-            "controls": 4 * NOTEBOOK_SECONDS + 2 * len(flops) * one_ft + 20}
+            "controls": 4 * NOTEBOOK_SECONDS + 2 * len(flops) * one_ft + 20,
+            # a scoring pass per stacking run and per isoplot snapshot (baseline, MIDAS), batched greedy decoding,
+            # and GSM8k fine-tuning of two runs
+            "downstream": NOTEBOOK_SECONDS + 2 * one_ft + (len(STACK_RUNS) + 2 * pc.n_snapshots)
+            * math.ceil(DOWNSTREAM_PASS_EXAMPLES / fc.eval_batch_size) * DOWNSTREAM_NEW_TOKENS * DECODE_STEP_SECONDS}
 
 
 def budget_table(preset) -> list[dict]:
@@ -155,7 +169,7 @@ def budget_table(preset) -> list[dict]:
     for s in STAGES:
         sec = BENCH_SECONDS[s.bench] if s.kind == "bench" else science[s.name]
         total += sec
-        rows.append(dict(stage=s.name, kind=s.kind, seconds=round(sec), total=round(total), what=s.what))
+        rows.append(dict(stage=s.name, kind=s.kind, seconds=round(sec), total=round(total), what=s.what, later=s.later))
     return rows
 
 
@@ -170,8 +184,11 @@ def format_budget(preset) -> str:
     lines = [f"GPU plan for preset {preset.name!r}: estimated stage seconds (assumed {PRETRAIN_MFU:.0%} MFU pretraining, "
              f"{FINETUNE_MFU:.0%} fine-tuning, {PEAK_FLOPS / 1e12:.0f} TFLOP/s peak)",
              "| stage | kind | est. s | cumulative s | what |", "|---|---|---:|---:|---|"]
-    lines += [f"| {r['stage']} | {r['kind']} | {r['seconds']} | {r['total']} | {r['what']} |" for r in rows]
-    lines.append(f"total {rows[-1]['total']} s of stage time; one window gives {window_seconds()} s "
+    lines += [f"| {r['stage']} | {r['kind']}{' (later)' if r['later'] else ''} | {r['seconds']} | {r['total']} | "
+              f"{r['what']} |" for r in rows]
+    core = max(r["total"] for r in rows if not r["later"])
+    lines.append(f"total {rows[-1]['total']} s of stage time, {core} s before the later stages; one window gives "
+                 f"{window_seconds()} s "
                  f"(3 calls of at most {CALL_BUDGET} s; {DEVICE_SECONDS} s device time less a {START_SECONDS} s "
                  f"start and {GAP_SECONDS} s between calls)")
     return "\n".join(lines)
@@ -252,7 +269,7 @@ def cache_files(preset) -> list[Path]:
     files = [data.tokenizer.path, data.tokenizer.path.parent / "meta.json"]
     for blocks in (data.train, *data.eval.values()):
         files += [blocks.path, meta_path(blocks.path)]
-    files += [data_path(f.file) for name in TASK_DATASETS for f in registry()[name].files]
+    files += [data_path(f.file) for name in (*TASK_DATASETS, *DOWNSTREAM_DATASETS) for f in registry()[name].files]
     root = cache_dir().resolve()
     for f in files:
         f.resolve().relative_to(root)  # everything carried lives in the cache (ValueError otherwise)

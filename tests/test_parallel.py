@@ -146,3 +146,15 @@ def test_sigkill_during_a_sharded_save_leaves_the_previous_checkpoint(runs, tmp_
     check(torchrun(2, "train", run))  # resumes from step 8 and finishes as if never killed
     assert max_diff(weights(run), weights(runs / "full")) == 0
     assert not list((run / "checkpoints").glob("*.partial"))
+
+
+@pytest.mark.gpu
+def test_fsdp_bf16_on_cuda_trains_like_unsharded_bf16(tmp_path):
+    """FSDP2 on one CUDA process (nccl, bf16 MixedPrecisionPolicy) trains like the unsharded model under bf16 autocast,
+    within bf16 tolerance, and writes sharded checkpoints (the GPU plan's cuda-tests stage runs this)."""
+    cuda = dict(device="cuda", bf16=True)
+    pretrain(run_config("ddp", **cuda), tmp_path / "ddp", data=small_data(), **QUIET)
+    pretrain(run_config("fsdp", **cuda), tmp_path / "fsdp", data=small_data(), **QUIET)
+    unsharded, sharded = read_metrics(tmp_path / "ddp", "train"), read_metrics(tmp_path / "fsdp", "train")
+    assert sharded.loss.tolist() == pytest.approx(unsharded.loss.tolist(), rel=2e-2)
+    assert any((tmp_path / "fsdp" / "checkpoints").glob("step_*.dcp"))
