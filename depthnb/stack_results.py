@@ -286,7 +286,7 @@ def downstream_table(runs: dict[str, Path], tasks, split: str = "enwiki_valid", 
     "`downstream_results` of each finished stacking run's final weights (`method`, block size and schedule), with its final `split` loss (`val_loss`)."
     items = []
     for method, run in runs.items():
-        _, stack, _ = _stack_run(run)
+        _, stack, _ = read_stack_run(run)
         grown = method not in ("baseline", "looped")
         items.append(dict(path=run, method=method, block_size=stack.block_size if grown else None,
                           schedule=f"{stack.schedule.capitalize()}-{stack.alpha:g}" if grown else None))
