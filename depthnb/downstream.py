@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from lm_eval.api.model import LM
-from lm_eval.api.registry import register_model
+from lm_eval.api.registry import model_registry
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 from tqdm.auto import tqdm
 
@@ -178,7 +178,6 @@ def greedy_until(model: DecoderLM, tokenizer, contexts: list[str], stops: list[l
     return [cut_at_stop(text, s) for text, s in zip(out, stops)]
 
 # %% ../nbs/07a_downstream.ipynb #de3f3db2
-@register_model("depthnb")
 class DepthnbLM(LM):
     "A depthnb `DecoderLM` and its tokenizer as an lm-evaluation-harness model (greedy; calculator optional)."
 
@@ -290,3 +289,7 @@ class DepthnbLM(LM):
                              f"temperature={kwargs.get('temperature')}")
         until = kwargs.get("until") or []
         return ([until] if isinstance(until, str) else list(until)), int(kwargs.get("max_gen_toks", self.max_gen_toks))
+
+# %% ../nbs/07a_downstream.ipynb #004e7291
+if "depthnb" not in model_registry:  # a re-run (notebook, reload) finds it there, perhaps already imported
+    model_registry.register("depthnb", target="depthnb.downstream:DepthnbLM")
