@@ -31,7 +31,7 @@ def tok():
 def test_registry_matches_sources_md():
     reg = S.registry()
     files = {f.file: f for d in reg.values() for f in d.files}
-    assert len(files) == 19
+    assert len(files) == 29  # 19 for Petty and the pretraining corpora, 10 for Saunshi's downstream sets
     assert files["cogs/gen.tsv"].sha256 == "d013d9eee0bafc153f8decc85f42814ac97260f84964d980e1e2b84577b82361"
     assert files["passivization/passiv_en_nps.train"].alt["transform"] == "gunzip_crlf"
     assert reg["c4"].hub == "allenai/c4" and reg["c4"].config == "en" and not reg["c4"].files
@@ -48,7 +48,7 @@ def real():
 
 
 def test_fetch_verifies_every_file(real):
-    assert len(real) == 19
+    assert len(real) == 29
     assert S.fetch_data(progress=False, verify=True) == real
 
 
