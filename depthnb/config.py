@@ -13,9 +13,10 @@ from dataclasses import dataclass, field, fields, is_dataclass, replace
 from typing import Any
 
 # %% auto #0
-__all__ = ['LLAMA_MIXTURE', 'STACK_METHODS', 'STACK_RUNS', 'ModelConfig', 'check_choice', 'check_range', 'DataConfig',
-           'PretrainConfig', 'FinetuneConfig', 'check_block_size', 'StackConfig', 'PrimitiveConfig', 'SizeClass',
-           'Preset', 'field_names', 'parse_value', 'override', 'to_dict', 'from_dict', 'config_diff']
+__all__ = ['LLAMA_MIXTURE', 'UL2_RESERVED_IDS', 'STACK_METHODS', 'STACK_RUNS', 'ModelConfig', 'check_choice', 'check_range',
+           'DataConfig', 'PretrainConfig', 'reserved_ids', 'FinetuneConfig', 'check_block_size', 'StackConfig',
+           'PrimitiveConfig', 'SizeClass', 'Preset', 'field_names', 'parse_value', 'override', 'to_dict', 'from_dict',
+           'config_diff']
 
 # %% ../nbs/00_config.ipynb #d3b67e83
 @dataclass
@@ -123,6 +124,14 @@ class PretrainConfig:
         check_range("PretrainConfig.min_lr_ratio", self.min_lr_ratio, lo=0.0, hi=1.0)
         check_range("PretrainConfig.warmup_steps", self.warmup_steps, lo=0)
         check_range("PretrainConfig.grad_clip", self.grad_clip, lo=0.0)
+
+# %% ../nbs/00_config.ipynb #12302945
+UL2_RESERVED_IDS = 128  # ids above the tokenizer's vocabulary: UL2's three mode tokens, then its sentinels
+
+
+def reserved_ids(objective: str) -> int:
+    "Ids a model needs above its tokenizer's vocabulary for `objective` (`PretrainConfig.objective`)."
+    return UL2_RESERVED_IDS if objective == "ul2" else 0
 
 # %% ../nbs/00_config.ipynb #fe28201d
 @dataclass

@@ -13,7 +13,7 @@ from typing import NamedTuple
 
 import pandas as pd
 
-from .config import STACK_RUNS, ModelConfig, Preset, override
+from .config import STACK_RUNS, ModelConfig, Preset, override, reserved_ids
 from .presets import (STACK_STUDIES, get_preset, method_stack, preset_depths, preset_size_class, repo_root, resolve_size_class)
 from .commands import CommandParser, UsageError, preset_from_args
 from .schedules import stack_config, stage_depths, stage_schedule
@@ -175,13 +175,14 @@ class PlannedRun:
 def family_model(preset: Preset, size_class, n_layers: int) -> ModelConfig:
     "The model `train.pretrain_config` trains for one depth of a preset's family."
     pc = preset.pretrain
-    return replace(model_config(preset_size_class(preset, size_class), n_layers, base=pc.model), n_vocab=pc.data.vocab_size)
+    return replace(model_config(preset_size_class(preset, size_class), n_layers, base=pc.model),
+                   n_vocab=pc.data.vocab_size + reserved_ids(pc.objective))
 
 
 def stack_model(preset: Preset, looped: bool = False) -> ModelConfig:
     "The final model `stacking.stack_pretrain_config` trains in a preset's stacking study."
     pc = preset.pretrain
-    return replace(stack_config(preset.stack_size_class, preset.stack_layers, pc.model), n_vocab=pc.data.vocab_size,
+    return replace(stack_config(preset.stack_size_class, preset.stack_layers, pc.model), n_vocab=pc.data.vocab_size + reserved_ids(pc.objective),
                    share_layers=looped)
 
 

@@ -15,7 +15,8 @@ import pandas as pd
 import torch
 import torch.distributed as dist
 
-from .config import STACK_RUNS, Preset, PretrainConfig, StackConfig, config_diff, from_dict, to_dict
+from .config import (STACK_RUNS, Preset, PretrainConfig, StackConfig, config_diff, from_dict, reserved_ids,
+                            to_dict)
 from .commands import CommandParser, choices, int_list, preset_from_args, require_one_run, run_each
 from .presets import get_preset, method_stack
 from .data import prepare_pretraining
@@ -28,7 +29,6 @@ from .devices import resolve_device
 from .parallel import check_parallel_optimizer, checkpoints_for, init_parallel
 from .optim import make_optimizer
 from .train import finished_run, job_lock, pretrain
-from .ul2 import reserved_ids
 
 # %% auto #0
 __all__ = ['Stage', 'stack_stages', 'stage_config', 'grow_state', 'stage_state', 'stack_train', 'stack_pretrain_config',

@@ -19,7 +19,7 @@ import torch.nn as nn
 from tqdm.auto import tqdm
 
 from .commands import CommandParser, UsageError, add_family_args, family_from_args, require_one_run, run_each
-from .config import Preset, PretrainConfig, config_diff, to_dict
+from .config import Preset, PretrainConfig, config_diff, reserved_ids, to_dict
 from .presets import get_preset, preset_size_class
 from .devices import (DistInfo, all_reduce_sum, autocast, configure_backends, maybe_compile, mfu,
                              peak_flops, resolve_device)
@@ -33,7 +33,7 @@ from .parallel import (FullCheckpoints, ShardedCheckpoints, check_parallel_optim
                               init_parallel, prepare_training)
 from .schedules import snapshot_steps
 from .data import prepare_pretraining
-from .ul2 import UL2, reserved_ids
+from .ul2 import UL2
 
 
 # %% auto #0
