@@ -85,3 +85,8 @@ def cli_reproduce(argv: list[str] | None = None) -> int:
             return 1
         return 0
     return ap.run(command, argv)
+
+# %% ../nbs/10_cli.ipynb #e990faba
+#| eval: false
+if __name__ == "__main__":
+    sys.exit(main())

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import Callable
@@ -130,15 +131,17 @@ def require_one_run(option: str, n: int, hint: str = "") -> None:
 def run_each(runs: list[tuple], train: Callable, *, finished: Callable[[Path], bool], check: Callable | None = None,
              report: Callable | None = None, note: str = "already finished; nothing to do") -> int:
     """`check(*run)` for every run first; then for each run (a tuple, its directory first): print `note` if it is
-    `finished`, else `train(*run)` and print `done`; then `report(*run)` where given. Returns the exit status 0."""
+    `finished`, else `train(*run)` and print `done`; then `report(*run)` where given. Returns the exit status 0.
+    Under `torchrun` every process trains, and only rank 0 prints and reports."""
+    main = int(os.environ.get("RANK", "0")) == 0
     for run in runs if check else ():
         check(*run)
     for run in runs:
         if finished(run[0]):
-            print(f"{run[0]}: {note}")
+            main and print(f"{run[0]}: {note}")
         else:
             train(*run)
-            print(f"{run[0]}: done")
-        if report:
+            main and print(f"{run[0]}: done")
+        if report and main:
             report(*run)
     return 0

@@ -13,9 +13,10 @@ from dataclasses import dataclass, field, fields, is_dataclass, replace
 from typing import Any
 
 # %% auto #0
-__all__ = ['STACK_METHODS', 'STACK_RUNS', 'ModelConfig', 'check_choice', 'check_range', 'DataConfig', 'PretrainConfig',
-           'FinetuneConfig', 'check_block_size', 'StackConfig', 'PrimitiveConfig', 'SizeClass', 'Preset', 'field_names',
-           'parse_value', 'override', 'to_dict', 'from_dict', 'config_diff']
+__all__ = ['LLAMA_MIXTURE', 'UL2_RESERVED_IDS', 'STACK_METHODS', 'STACK_RUNS', 'ModelConfig', 'check_choice', 'check_range',
+           'DataConfig', 'PretrainConfig', 'reserved_ids', 'FinetuneConfig', 'check_block_size', 'StackConfig',
+           'PrimitiveConfig', 'SizeClass', 'Preset', 'field_names', 'parse_value', 'override', 'to_dict', 'from_dict',
+           'config_diff']
 
 # %% ../nbs/00_config.ipynb #d3b67e83
 @dataclass
@@ -59,18 +60,25 @@ def check_range(name: str, value, lo=None, hi=None) -> None:
         raise ValueError(f"{name}={value!r} is outside the allowed range {span}")
 
 # %% ../nbs/00_config.ipynb #3916cfac
+LLAMA_MIXTURE: dict[str, float] = {"c4": 0.57, "wikipedia": 0.17, "github": 0.17, "arxiv": 0.09}  # Saunshi App. A
+
+
 @dataclass
 class DataConfig:
     "Pretraining corpus, evaluation sets and tokenizer."
-    corpus: str = "enwiki"  # "enwiki" (offline, ../shared/data) or "c4" (Hugging Face hub, streaming)
-    max_train_docs: int | None = None  # cap on training documents (None: all)
+    corpus: str = "enwiki"  # "enwiki" (offline, ../shared/data), "c4" (hub, streaming) or "mixture" (depthnb.mixture)
+    max_train_docs: int | None = None  # cap on training documents (None: all); the mixture pre-caches this many
+    mixture: dict[str, float] = field(default_factory=lambda: dict(LLAMA_MIXTURE))  # corpus="mixture": source -> weight
+    stand_ins: dict[str, str] = field(default_factory=dict)  # source -> local corpus standing in for it (offline)
     eval_sets: tuple[str, ...] = ("enwiki_valid", "c4_sample", "wikitext2_valid")
     vocab_size: int = 32128  # SentencePiece vocabulary; equals ModelConfig.n_vocab
     tokenizer_docs: int = 100_000  # documents sampled to train the tokenizer
     tokenizer_max_sentence_length: int = 4192
 
     def __post_init__(self):
-        check_choice("DataConfig.corpus", self.corpus, ("enwiki", "c4"))
+        check_choice("DataConfig.corpus", self.corpus, ("enwiki", "c4", "mixture"))
+        for source in self.stand_ins:
+            check_choice("DataConfig.stand_ins: source", source, tuple(self.mixture))
         check_range("DataConfig.vocab_size", self.vocab_size, lo=260)  # bytes + specials must fit
 
 # %% ../nbs/00_config.ipynb #1441da7f
@@ -116,6 +124,14 @@ class PretrainConfig:
         check_range("PretrainConfig.min_lr_ratio", self.min_lr_ratio, lo=0.0, hi=1.0)
         check_range("PretrainConfig.warmup_steps", self.warmup_steps, lo=0)
         check_range("PretrainConfig.grad_clip", self.grad_clip, lo=0.0)
+
+# %% ../nbs/00_config.ipynb #12302945
+UL2_RESERVED_IDS = 128  # ids above the tokenizer's vocabulary: UL2's three mode tokens, then its sentinels
+
+
+def reserved_ids(objective: str) -> int:
+    "Ids a model needs above its tokenizer's vocabulary for `objective` (`PretrainConfig.objective`)."
+    return UL2_RESERVED_IDS if objective == "ul2" else 0
 
 # %% ../nbs/00_config.ipynb #fe28201d
 @dataclass

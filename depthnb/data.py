@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import dataclasses
 import hashlib
 import io
 import json
@@ -16,7 +17,7 @@ import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 import numpy as np
 import pandas as pd
@@ -33,8 +34,9 @@ from .sources import (EVAL_SETS, cache_dir, corpus_inputs, default_mirror, fetch
 
 # %% auto #0
 __all__ = ['PAD_ID', 'EOS_ID', 'UNK_ID', 'SEP_ID', 'SEP_PIECE', 'TOKENIZER_SETTINGS', 'TOKENIZER_THREADS', 'TEXT_VERSION',
-           'CacheError', 'Tokenizer', 'load_tokenizer', 'tokenizer_key', 'train_tokenizer', 'token_dtype', 'meta_path',
-           'pack_tokens', 'read_tokens', 'TokenBlocks', 'PretrainingData', 'prepare_pretraining', 'cli_data']
+           'CacheError', 'mixture_cache', 'train_inputs', 'train_texts', 'Tokenizer', 'load_tokenizer', 'tokenizer_key',
+           'train_tokenizer', 'token_dtype', 'meta_path', 'pack_tokens', 'read_tokens', 'TokenBlocks',
+           'PretrainingData', 'prepare_pretraining', 'cli_data']
 
 # %% ../nbs/03_data.ipynb #8f3d6a1e
 class CacheError(ValueError):
@@ -86,6 +88,41 @@ def _cache_relative(path: Path) -> str:
         return str(path.relative_to(cache_dir().resolve()))
     except ValueError:
         return str(path)
+
+# %% ../nbs/03_data.ipynb #abe60ebc
+def _mixture_spec(data_cfg: DataConfig) -> dict:
+    from depthnb.mixture import mixture_sources  # `datasets` is imported only by runs that read a mixture
+    if data_cfg.max_train_docs is None:
+        raise ValueError("DataConfig.max_train_docs=None with corpus='mixture': the mixture's sources repeat without "
+                         "end; set max_train_docs, the documents pre-cached once for every run")
+    sources = mixture_sources(data_cfg.mixture, data_cfg.stand_ins)
+    return dict(weights=data_cfg.mixture, sources={n: dataclasses.asdict(s) for n, s in sources.items()},
+                docs=data_cfg.max_train_docs)
+
+
+def mixture_cache(data_cfg: DataConfig, log=print) -> Path:
+    "The folder of `data_cfg`'s pre-cached mixture (corpus='mixture'), drawn into the cache once, under a lock."
+    from depthnb.mixture import precache_mixture
+    key = hashlib.sha256(json.dumps(_mixture_spec(data_cfg), sort_keys=True).encode()).hexdigest()[:16]
+    out = cache_dir() / "mixtures" / key
+    with file_lock(out.with_name(f"{key}.lock")):
+        return precache_mixture(data_cfg.mixture, out, n_docs=data_cfg.max_train_docs,
+                                sources=data_cfg.stand_ins or None, log=log)
+
+
+def train_inputs(data_cfg: DataConfig) -> list[str]:
+    "What the training documents of `data_cfg` depend on: the corpus's checksums, its hub dataset, or the mixture's spec."
+    if data_cfg.corpus == "mixture":
+        return ["mixture:" + json.dumps(_mixture_spec(data_cfg), sort_keys=True)]
+    return corpus_inputs(data_cfg.corpus, "train")
+
+
+def train_texts(data_cfg: DataConfig, limit: int | None = None, log=print) -> Iterator[str]:
+    "The training documents of `data_cfg` in their fixed order, at most `limit` (the mixture: pre-cached first)."
+    if data_cfg.corpus == "mixture":
+        from depthnb.mixture import mixture_texts
+        return mixture_texts(mixture_cache(data_cfg, log), limit)
+    return pretraining_texts(data_cfg.corpus, "train", limit=limit)
 
 # %% ../nbs/03_data.ipynb #3c49bb78
 PAD_ID, EOS_ID, UNK_ID, SEP_ID = 0, 1, 2, 3
@@ -180,7 +217,7 @@ TOKENIZER_THREADS = 2
 
 def tokenizer_key(data_cfg: DataConfig) -> str:
     "The cache key of the tokenizer `data_cfg` describes."
-    spec = dict(inputs=corpus_inputs(data_cfg.corpus, "train"), docs=data_cfg.tokenizer_docs,
+    spec = dict(inputs=train_inputs(data_cfg), docs=data_cfg.tokenizer_docs,
                 vocab_size=data_cfg.vocab_size, max_sentence_length=data_cfg.tokenizer_max_sentence_length,
                 settings=TOKENIZER_SETTINGS)
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
@@ -235,7 +272,7 @@ def _cached_tokenizer(folder: Path, adopt: bool = False) -> tuple[Tokenizer | No
 
 
 def _train_tokenizer(data_cfg: DataConfig, folder: Path, num_threads: int | None, log) -> None:
-    docs = pretraining_texts(data_cfg.corpus, "train", limit=data_cfg.tokenizer_docs)
+    docs = train_texts(data_cfg, limit=data_cfg.tokenizer_docs, log=log)
     model = io.BytesIO()
     t0 = time.time()
     spm.SentencePieceTrainer.train(sentence_iterator=_lines(docs), model_writer=model,
@@ -250,7 +287,7 @@ def _train_tokenizer(data_cfg: DataConfig, folder: Path, num_threads: int | None
     atomic_write_text(folder / "meta.json", json.dumps(dict(
         corpus=data_cfg.corpus, tokenizer_docs=data_cfg.tokenizer_docs, vocab_size=data_cfg.vocab_size,
         max_sentence_length=data_cfg.tokenizer_max_sentence_length, settings=TOKENIZER_SETTINGS,
-        inputs=corpus_inputs(data_cfg.corpus, "train"), train_seconds=round(seconds, 2),
+        inputs=train_inputs(data_cfg), train_seconds=round(seconds, 2),
         record=_record(folder / "spm.model", hashlib.sha256(model.getvalue()).hexdigest())), indent=1))
     if log:
         log(f"trained a {data_cfg.vocab_size}-piece tokenizer on {data_cfg.tokenizer_docs} {data_cfg.corpus} "
@@ -500,19 +537,19 @@ class PretrainingData:
         return pd.DataFrame(rows).set_index("split")
 
 
-def _packed(tokenizer: Tokenizer, corpus: str, split: str, limit: int | None, progress: bool,
-            verify: bool = False) -> Path:
-    "Pack (or find in the cache, checked against its record) one corpus split."
-    key = hashlib.sha256(json.dumps([corpus_inputs(corpus, split), limit, TEXT_VERSION]).encode()).hexdigest()[:8]
-    path = cache_dir() / "tokens" / tokenizer.fingerprint / f"{corpus}_{split}_{limit or 'all'}_{key}.bin"
+def _packed(tokenizer: Tokenizer, name: str, inputs: list[str], texts: Callable[[], Iterable[str]], limit: int | None,
+            progress: bool, verify: bool = False) -> Path:
+    "Pack (or find in the cache, checked against its record) the documents `texts()` of the split `name`."
+    key = hashlib.sha256(json.dumps([inputs, limit, TEXT_VERSION]).encode()).hexdigest()[:8]
+    path = cache_dir() / "tokens" / tokenizer.fingerprint / f"{name}_{limit or 'all'}_{key}.bin"
     if _tokens_problem(path, rehash=verify) is None:
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
 
-    def texts():  # opened lazily, so a rebuild's notice comes before any fetch of the corpus
-        yield from pretraining_texts(corpus, split, limit=limit)
+    def lazily():  # opened lazily, so a rebuild's notice comes before any fetch of the corpus
+        yield from texts()
 
-    return pack_tokens(texts(), tokenizer, path, total_docs=limit, progress=progress, desc=f"{corpus} {split}",
+    return pack_tokens(lazily(), tokenizer, path, total_docs=limit, progress=progress, desc=name.replace("_", " "),
                        verify=verify)
 
 
@@ -522,15 +559,22 @@ def prepare_pretraining(data_cfg: DataConfig, n_ctx: int, seed: int = 0, progres
     unknown = [e for e in data_cfg.eval_sets if e not in EVAL_SETS]
     if unknown:
         raise ValueError(f"DataConfig.eval_sets: unknown {unknown}; valid: {', '.join(EVAL_SETS)}")
-    if data_cfg.corpus == "c4" and data_cfg.max_train_docs is None:
-        raise ValueError("DataConfig.max_train_docs=None with corpus='c4': C4 (365M documents) is streamed, "
+    if data_cfg.corpus in ("c4", "mixture") and data_cfg.max_train_docs is None:
+        raise ValueError(f"DataConfig.max_train_docs=None with corpus={data_cfg.corpus!r}: it is streamed, "
                          "not packed whole; set max_train_docs")
     t0 = time.time()
+    if data_cfg.corpus == "mixture" and log:  # a stand-in is said, never implied
+        from depthnb.mixture import stand_in_lines
+        log(f"mixture {data_cfg.mixture}: " + ", ".join(stand_in_lines(data_cfg.stand_ins)
+                                                         or ["every source from its hub dataset"]))
     tokenizer = train_tokenizer(data_cfg, log=log)
-    train = TokenBlocks(_packed(tokenizer, data_cfg.corpus, "train", data_cfg.max_train_docs, progress, verify),
-                        n_ctx, seed)
-    evals = {name: TokenBlocks(_packed(tokenizer, *EVAL_SETS[name], None, progress, verify), n_ctx, seed)
-             for name in data_cfg.eval_sets}
+    limit = data_cfg.max_train_docs
+    train = TokenBlocks(_packed(tokenizer, f"{data_cfg.corpus}_train", train_inputs(data_cfg),
+                                lambda: train_texts(data_cfg, limit, log), limit, progress, verify), n_ctx, seed)
+    evals = {name: TokenBlocks(_packed(tokenizer, f"{corpus}_{split}", corpus_inputs(corpus, split),
+                                       lambda c=corpus, s=split: pretraining_texts(c, s), None, progress, verify),
+                               n_ctx, seed)
+             for name, (corpus, split) in ((n, EVAL_SETS[n]) for n in data_cfg.eval_sets)}
     if log and time.time() - t0 > 1:
         log(f"pretraining data ready in {time.time() - t0:.1f} s: {train}")
     return PretrainingData(tokenizer, train, evals)

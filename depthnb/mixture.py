@@ -18,13 +18,14 @@ from typing import Iterator
 import datasets
 import pandas as pd
 
+from .config import LLAMA_MIXTURE
 from .runs import atomic_write_text, sha256_file
 from .sources import pretraining_texts
 
 # %% auto #0
-__all__ = ['REDPAJAMA', 'HUB_SOURCES', 'LOCAL_SOURCES', 'LLAMA_MIXTURE', 'FEATURES', 'RECORD', 'MixtureSource', 'mixture_sources',
-           'source_documents', 'mean_chars', 'document_probabilities', 'mixture_stream', 'MixtureCacheError',
-           'precache_mixture', 'read_mixture', 'mixture_texts', 'mixture_shares']
+__all__ = ['REDPAJAMA', 'HUB_SOURCES', 'LOCAL_SOURCES', 'FEATURES', 'RECORD', 'MixtureSource', 'mixture_sources',
+           'stand_in_lines', 'source_documents', 'mean_chars', 'document_probabilities', 'mixture_stream',
+           'MixtureCacheError', 'precache_mixture', 'read_mixture', 'mixture_texts', 'mixture_shares']
 
 # %% ../nbs/02e_mixture.ipynb #6571495e
 @dataclass(frozen=True)
@@ -51,8 +52,9 @@ HUB_SOURCES: dict[str, MixtureSource] = {
 }
 LOCAL_SOURCES: dict[str, MixtureSource] = {
     "enwiki": MixtureSource("depthnb:enwiki", note="depthnb's offline enwiki-2014 corpus (a stand-in where a preset names it)"),
+    "c4_sample": MixtureSource("depthnb:c4_sample", split="sample",
+                               note="1,000 real C4-en documents (shared/data; an evaluation set unless a preset trains on it)"),
 }
-LLAMA_MIXTURE: dict[str, float] = {"c4": 0.57, "wikipedia": 0.17, "github": 0.17, "arxiv": 0.09}  # Saunshi App. A
 
 # %% ../nbs/02e_mixture.ipynb #2ec9b974
 def mixture_sources(weights: dict[str, float], sources: dict[str, MixtureSource | str] | None = None
@@ -79,6 +81,11 @@ def mixture_sources(weights: dict[str, float], sources: dict[str, MixtureSource 
         resolved[name] = src
     return resolved
 
+# %% ../nbs/02e_mixture.ipynb #4ea71902
+def stand_in_lines(stand_ins: dict[str, str]) -> list[str]:
+    "One line per offline stand-in: 'wikipedia <- enwiki (offline stand-in)'."
+    return [f"{source} <- {corpus} (offline stand-in)" for source, corpus in stand_ins.items()]
+
 # %% ../nbs/02e_mixture.ipynb #a0a3a423
 def _corpus_documents(corpus: str, split: str) -> Iterator[dict]:
     for text in pretraining_texts(corpus, split):
@@ -93,8 +100,9 @@ def _listed_files(url_list: str, revision: str | None) -> list[str]:
     return [line.strip() for line in Path(path).read_text().splitlines() if line.strip()]
 
 
-def source_documents(name: str, src: MixtureSource) -> datasets.IterableDataset:
-    "One source's documents, streamed as rows {'text', 'source'}, repeated without end (a small source is re-read)."
+def source_documents(name: str, src: MixtureSource, share: tuple[int, int] = (0, 1)) -> datasets.IterableDataset:
+    """One source's documents, streamed as rows {'text', 'source'}, repeated without end (a small source is re-read);
+    `share=(k, n)`: only its documents k, k + n, k + 2n, ... (a corpus shared by n sources)."""
     if src.path.startswith("depthnb:"):
         ds = datasets.IterableDataset.from_generator(
             _corpus_documents, gen_kwargs=dict(corpus=src.path.removeprefix("depthnb:"), split=src.split))
@@ -105,6 +113,9 @@ def source_documents(name: str, src: MixtureSource) -> datasets.IterableDataset:
         files = list(src.data_files) if src.data_files else (_listed_files(src.url_list, src.revision) if src.url_list else None)
         ds = datasets.load_dataset(src.path, src.config, data_files=files, split=src.split, streaming=True,
                                    revision=None if src.url_list else src.revision)
+    k, n = share
+    if n > 1:
+        ds = ds.filter(lambda _, i: i % n == k, with_indices=True)
     ds = ds.select_columns([src.text])
     if src.text != "text":
         ds = ds.rename_column(src.text, "text")
@@ -130,12 +141,14 @@ def mixture_stream(weights: dict[str, float], sources: dict | None = None, seed:
                    ) -> tuple[datasets.IterableDataset, dict]:
     "The interleaved, endless stream of the mixture, and what fixed it (sources, mean lengths, document probabilities)."
     resolved = mixture_sources(weights, sources)
-    streams = {name: source_documents(name, src) for name, src in resolved.items()}
+    sharing = {src: [n for n, s in resolved.items() if s == src] for src in resolved.values()}
+    shares = {name: (sharing[src].index(name), len(sharing[src])) for name, src in resolved.items()}
+    streams = {name: source_documents(name, src, shares[name]) for name, src in resolved.items()}
     lengths = {name: mean_chars(s, probe_docs) for name, s in streams.items()}
     probs = document_probabilities(weights, lengths)
     mixed = datasets.interleave_datasets(list(streams.values()), probabilities=list(probs.values()), seed=seed)
     info = dict(weights=weights, sources={n: asdict(s) for n, s in resolved.items()}, seed=seed, probe_docs=probe_docs,
-                chars_per_doc=lengths, doc_probabilities=probs, datasets_version=datasets.__version__)
+                chars_per_doc=lengths, doc_probabilities=probs, shares=shares, datasets_version=datasets.__version__)
     return mixed, info
 
 # %% ../nbs/02e_mixture.ipynb #001d3366

@@ -26,8 +26,8 @@ from .runs import (KEEP_CHECKPOINTS, CheckpointError, latest_checkpoint, load_ve
                    save_verified, save_weights, sharded_checkpoint_dir)
 
 # %% auto #0
-__all__ = ['PARALLEL_MODES', 'init_parallel', 'mixed_precision', 'shard_model', 'prepare_training', 'FullCheckpoints',
-           'ShardedCheckpoints', 'checkpoints_for']
+__all__ = ['PARALLEL_MODES', 'init_parallel', 'mixed_precision', 'shard_model', 'check_parallel_optimizer', 'prepare_training',
+           'FullCheckpoints', 'ShardedCheckpoints', 'checkpoints_for']
 
 # %% ../nbs/05a_parallel.ipynb #7f0f0889
 PARALLEL_MODES = ("ddp", "fsdp")
@@ -58,6 +58,14 @@ def shard_model(model: DecoderLM, device: torch.device, bf16: bool) -> DecoderLM
         for layer in model.layers:
             fully_shard(layer, mesh=mesh, mp_policy=policy)
     return fully_shard(model, mesh=mesh, mp_policy=policy)
+
+# %% ../nbs/05a_parallel.ipynb #3a705437
+def check_parallel_optimizer(optimizer: str, mode: str) -> None:
+    "Raise `ValueError` for an optimizer that cannot run on `mode`'s parameters: AdaFactor on FSDP2's sharded ones."
+    if mode == "fsdp" and optimizer == "adafactor":
+        raise ValueError("PretrainConfig.optimizer='adafactor' cannot train with parallel='fsdp': torch.optim.Adafactor's "
+                         "factored second moments reduce over the dimension FSDP2 shards, which DTensor refuses "
+                         f"(torch {torch.__version__}); use optimizer='adamw' with fsdp, or parallel='ddp' where it fits")
 
 # %% ../nbs/05a_parallel.ipynb #c58b149a
 def prepare_training(model: DecoderLM, make_optimizer: Callable[[nn.Module], torch.optim.Optimizer],

@@ -13,7 +13,7 @@ from typing import NamedTuple
 
 import pandas as pd
 
-from .config import STACK_RUNS, ModelConfig, Preset, override
+from .config import STACK_RUNS, ModelConfig, Preset, override, reserved_ids
 from .presets import (STACK_STUDIES, get_preset, method_stack, preset_depths, preset_size_class, repo_root, resolve_size_class)
 from .commands import CommandParser, UsageError, preset_from_args
 from .schedules import stack_config, stage_depths, stage_schedule
@@ -147,6 +147,7 @@ class PlannedRun:
     micro_batch_size: int  # sequences per forward pass and GPU (0: the per-GPU batch)
     optimizer: str
     seeds: int  # runs of this shape (one per seed)
+    parallel: str = "ddp"  # how the preset trains it (PretrainConfig.parallel)
 
     @property
     def tokens(self) -> int:
@@ -175,13 +176,14 @@ class PlannedRun:
 def family_model(preset: Preset, size_class, n_layers: int) -> ModelConfig:
     "The model `train.pretrain_config` trains for one depth of a preset's family."
     pc = preset.pretrain
-    return replace(model_config(preset_size_class(preset, size_class), n_layers, base=pc.model), n_vocab=pc.data.vocab_size)
+    return replace(model_config(preset_size_class(preset, size_class), n_layers, base=pc.model),
+                   n_vocab=pc.data.vocab_size + reserved_ids(pc.objective))
 
 
 def stack_model(preset: Preset, looped: bool = False) -> ModelConfig:
     "The final model `stacking.stack_pretrain_config` trains in a preset's stacking study."
     pc = preset.pretrain
-    return replace(stack_config(preset.stack_size_class, preset.stack_layers, pc.model), n_vocab=pc.data.vocab_size,
+    return replace(stack_config(preset.stack_size_class, preset.stack_layers, pc.model), n_vocab=pc.data.vocab_size + reserved_ids(pc.objective),
                    share_layers=looped)
 
 
@@ -193,7 +195,7 @@ def family_runs(preset: Preset | str) -> list[PlannedRun]:
     for sc in map(resolve_size_class, p.size_classes):
         for n in preset_depths(p, sc):
             runs.append(PlannedRun("depth family", f"{sc.name} L={n}", family_model(p, sc, n), ((n, pc.steps),),
-                                   pc.batch_size, pc.micro_batch_size, pc.optimizer, len(p.seeds)))
+                                   pc.batch_size, pc.micro_batch_size, pc.optimizer, len(p.seeds), pc.parallel))
     return runs
 
 
@@ -208,7 +210,7 @@ def _study_run(p: Preset, label: str, method: str) -> PlannedRun | None:
     steps = stage_schedule(p.pretrain.steps, len(depths), stack.alpha, stack.schedule)
     pc = p.pretrain
     return PlannedRun("stacking study", label, model, tuple(zip(depths, steps)), pc.batch_size, pc.micro_batch_size,
-                      pc.optimizer, 1)
+                      pc.optimizer, 1, pc.parallel)
 
 
 def study_runs(preset: Preset | str) -> list[PlannedRun]:
@@ -243,7 +245,7 @@ def measured_mfu(gpu: GPU, results: Path | str | None = None) -> tuple[float, st
 
 # %% ../nbs/14_plan.ipynb #6fd32c05
 def plan_table(preset: Preset | str, gpus: int = 8, gpu: str = "h100", mfu: float = ASSUMED_MFU) -> pd.DataFrame:
-    "One row per run of a preset: parameters, tokens, training FLOPs, memory per GPU (GiB), what fits, GPU-hours."
+    "One row per run of a preset: parameters, tokens, training FLOPs, memory per GPU (GiB), what fits, how it trains, GPU-hours."
     g = GPUS[gpu]
     usable = USABLE_MEMORY * g.memory_gib
     rows = []
@@ -255,7 +257,7 @@ def plan_table(preset: Preset | str, gpus: int = 8, gpu: str = "h100", mfu: floa
         fits = next((k.removesuffix("_GiB") for k, v in mem.items() if v <= usable), "none")
         rows.append(dict(section=run.section, run=run.label, params=n_params(run.model), layers=run.model.n_layers,
                          stages=len(run.stages), tokens=run.tokens, train_flops=run.train_flops, micro_batch=micro,
-                         **mem, fits=fits, seeds=run.seeds,
+                         **mem, fits=fits, parallel=run.parallel, seeds=run.seeds,
                          gpu_hours=run.seeds * run.train_flops / (g.peak_flops * mfu) / 3600))
     return pd.DataFrame(rows)
 

@@ -10,13 +10,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from .config import (DataConfig, FinetuneConfig, ModelConfig, Preset, PretrainConfig, PrimitiveConfig, SizeClass,
-                            StackConfig, STACK_RUNS, check_choice, override)
+from .config import (LLAMA_MIXTURE, DataConfig, FinetuneConfig, ModelConfig, Preset, PretrainConfig,
+                            PrimitiveConfig, SizeClass, StackConfig, STACK_RUNS, check_choice, override)
 
 # %% auto #0
 __all__ = ['SIZE_CLASSES', 'SAUNSHI_CLASSES', 'TINY_CLASS', 'CPU_CLASS', 'CPU_STACK_CLASS', 'PRESETS', 'SAUNSHI_TOKENS',
-           'SAUNSHI_TABLE1', 'STACK_STUDIES', 'resolve_size_class', 'saunshi_run', 'load_preset', 'get_preset',
-           'preset_size_class', 'preset_depths', 'method_stack', 'repo_root', 'experiment_preset']
+           'SAUNSHI_DOCS', 'SAUNSHI_TABLE1', 'SAUNSHI_TINY_STAND_INS', 'SAUNSHI_TINY_CLASS', 'STACK_STUDIES',
+           'resolve_size_class', 'saunshi_run', 'load_preset', 'get_preset', 'preset_size_class', 'preset_depths',
+           'method_stack', 'repo_root', 'experiment_preset']
 
 # %% ../nbs/00a_presets.ipynb #3dac3ffb
 SIZE_CLASSES: dict[str, SizeClass] = {
@@ -30,8 +31,9 @@ SIZE_CLASSES: dict[str, SizeClass] = {
 
 # %% ../nbs/00a_presets.ipynb #c7d5053c
 # Saunshi et al.'s three decoder-only models (Appendix A.1), by their paper names. They are not equal-parameter
-# families: each is trained at its own depth only. The paper names no vocabulary; T5's 32128 is assumed, and the names
-# match the layers' parameters (1.16B, 2.32B, 8.46B), which the vocabulary does not change (nbs/14_plan.ipynb).
+# families: each is trained at its own depth only. The paper names no vocabulary; T5's is assumed: 32000 SentencePiece
+# pieces plus UL2's 128 reserved ids (config.reserved_ids) = n_vocab 32128. The names match the layers' parameters
+# (1.16B, 2.32B, 8.46B), which the vocabulary does not change (nbs/14_plan.ipynb).
 SAUNSHI_CLASSES: dict[str, SizeClass] = {
     "1B": SizeClass("1B", d_model=2048, d_attn=2048, n_heads=32, n_layers=24, d_ff=5120, depths=(24,)),
     "2B": SizeClass("2B", d_model=2048, d_attn=2048, n_heads=32, n_layers=48, d_ff=5120, depths=(48,)),
@@ -165,10 +167,13 @@ PRESETS["gpu"] = replace(
 
 # %% ../nbs/00a_presets.ipynb #b760bba9
 # Saunshi et al.'s own study (§3.3, Appendix A.1) at its own scale: the 1B, 2B and 8B models, 512B tokens each,
-# sequence length 1280, AdaFactor, cosine, batch 512 (1B, 2B) and 1024 (8B). Its own preset, not a study inside
-# `paper`: every pretraining knob differs from Petty's, and the two papers book different clusters
-# (nbs/14_plan.ipynb). Until the UL2 objective and the data mixture land, it pretrains causally on C4.
+# sequence length 1280, AdaFactor, cosine, batch 512 (1B, 2B) and 1024 (8B), the UL2 objective on the Llama mixture
+# (C4 57%, Wikipedia 17%, GitHub 17%, ArXiv 9%, every source from its hub dataset). Its own preset, not a study inside
+# `paper`: every pretraining knob differs from Petty's, and the two papers book different clusters (nbs/14_plan.ipynb).
 SAUNSHI_TOKENS = 512 * 10**9  # Appendix A.1: the same pre-cached tokens, in the same order, for every method
+# Documents pre-cached for those tokens: an estimate, ~570 tokens per mixture document (its document probabilities
+# favour C4's short pages); precache_mixture's record counts what was drawn, and blocks repeat if it falls short.
+SAUNSHI_DOCS = 900_000_000
 SAUNSHI_TABLE1 = (  # Table 1's rows: (model, method, block size, alpha of Prop-alpha); a baseline is one stage
     ("1B", "baseline", 4, 1), ("1B", "gradstack", 4, 1), ("1B", "midas", 4, 1), ("1B", "midas", 3, 1),
     ("1B", "gradstack", 4, 2), ("1B", "midas", 4, 2), ("1B", "midas", 3, 2), ("1B", "midas", 4, 3),
@@ -182,28 +187,64 @@ def saunshi_run(model: str, method: str, block_size: int, alpha: float) -> dict:
     sc = SAUNSHI_CLASSES[model]
     batch = 1024 if model == "8B" else 512
     n_ctx = PRESETS["saunshi"].pretrain.model.n_ctx
+    # depthnb plan --preset saunshi: under DDP the 8B model needs ~152 GiB per GPU, sharded over 8 H100s ~49
+    parallel = "fsdp" if model == "8B" else "ddp"
     return {"stack_size_class": dataclasses.asdict(sc), "stack_layers": sc.n_layers, "pretrain.batch_size": batch,
-            "pretrain.steps": SAUNSHI_TOKENS // (batch * n_ctx), "stack.method": method,
-            "stack.block_size": block_size, "stack.alpha": alpha}
+            "pretrain.steps": SAUNSHI_TOKENS // (batch * n_ctx), "pretrain.parallel": parallel,
+            "stack.method": method, "stack.block_size": block_size, "stack.alpha": alpha}
 
 
 PRESETS["saunshi"] = Preset(
     name="saunshi",
-    description="Saunshi et al.'s own setup: the 1B, 2B and 8B models of Table 1 at 512B tokens each, sequence "
-                "length 1280, AdaFactor, batch 512/1024; for a cluster (see depthnb plan --preset saunshi).",
+    description="Saunshi et al.'s own setup: the 1B, 2B and 8B models of Table 1, UL2 on the Llama mixture at 512B "
+                "tokens each, sequence length 1280, AdaFactor, batch 512/1024, FSDP for 8B; for a cluster (see "
+                "depthnb plan --preset saunshi).",
     hardware="a GPU cluster (torchrun; the 8B model needs sharded training)",
     size_classes=(dataclasses.asdict(SAUNSHI_CLASSES["1B"]),),
     seeds=(0,),
     pretrain=PretrainConfig(model=ModelConfig(n_ctx=1280),
-                            data=DataConfig(corpus="c4", vocab_size=32128, tokenizer_docs=1_000_000),
+                            data=DataConfig(corpus="mixture", mixture=dict(LLAMA_MIXTURE), max_train_docs=SAUNSHI_DOCS,
+                                            vocab_size=32000, tokenizer_docs=1_000_000),
                             steps=SAUNSHI_TOKENS // (512 * 1280), batch_size=512, micro_batch_size=2,
                             optimizer="adafactor", lr=1e-2, min_lr_ratio=0.1, warmup_steps=10_000,
-                            eval_every=10_000, ckpt_every=10_000, n_snapshots=20),
+                            eval_every=10_000, ckpt_every=10_000, n_snapshots=20, objective="ul2"),
     finetune=FinetuneConfig(steps=10_000, batch_size=128, optimizer="adafactor", lr=1e-3),
     stack=StackConfig(method="midas", block_size=4, schedule="prop", alpha=2.0),
     stack_layers=24,
     stack_size_class=dataclasses.asdict(SAUNSHI_CLASSES["1B"]),
     device="cuda",
+)
+
+
+# Saunshi's setup at tiny shapes, for 2 CPU processes (gloo) in about a minute: UL2, the mixture with offline
+# stand-ins, Table 1's methods (baseline, gradstack, midas) on a Prop-2 schedule, FSDP. Offline there is no GitHub or
+# ArXiv text and 1,000 real C4 documents: C4 reads those (so c4_sample is no evaluation set here), and enwiki stands
+# in for Wikipedia, GitHub and ArXiv, each source reading its own share of it. AdamW: AdaFactor does not run on
+# FSDP2's sharded weights (parallel.check_parallel_optimizer).
+SAUNSHI_TINY_STAND_INS = {"c4": "c4_sample", "wikipedia": "enwiki", "github": "enwiki", "arxiv": "enwiki"}
+SAUNSHI_TINY_CLASS = dict(TINY_CLASS, name="saunshi_tiny", n_layers=4, n_vocab=1024 + 128, depths=(4,))
+PRESETS["saunshi_tiny"] = Preset(
+    name="saunshi_tiny",
+    description="Saunshi et al.'s setup at tiny shapes: UL2 on the Llama mixture (offline stand-ins: "
+                + ", ".join(f"{s} <- {c}" for s, c in SAUNSHI_TINY_STAND_INS.items())
+                + "), Table 1's methods on Prop-2, FSDP over 2 CPU processes (AdamW: AdaFactor does not shard).",
+    hardware="2 CPU cores (torchrun --nproc_per_node 2, gloo)",
+    size_classes=(SAUNSHI_TINY_CLASS,),
+    seeds=(0,),
+    pretrain=PretrainConfig(model=ModelConfig(n_ctx=128),
+                            data=DataConfig(corpus="mixture", mixture=dict(LLAMA_MIXTURE),
+                                            stand_ins=dict(SAUNSHI_TINY_STAND_INS), max_train_docs=2_000,
+                                            eval_sets=("enwiki_valid", "wikitext2_valid"), vocab_size=1024,
+                                            tokenizer_docs=1_000),
+                            steps=40, batch_size=8, lr=3e-3, warmup_steps=4, eval_every=20, eval_sequences=8,
+                            log_every=10, ckpt_every=20, n_snapshots=2, device="cpu", compile=False, bf16=False,
+                            parallel="fsdp", objective="ul2"),
+    finetune=FinetuneConfig(steps=40, batch_size=8, lr=1e-3, warmup_steps=4, eval_every=20, eval_examples=50,
+                            n_snapshots=2, gen_limit=50, device="cpu"),
+    stack=StackConfig(method="midas", block_size=1, schedule="prop", alpha=2.0),
+    stack_layers=4,
+    stack_size_class=SAUNSHI_TINY_CLASS,
+    device="cpu",
 )
 STACK_STUDIES: dict[str, tuple[tuple[str, dict], ...]] = {  # preset name -> its study's runs: (label, overrides)
     "saunshi": tuple((f"{m} {meth}" + ("" if meth == "baseline" else f" b={b} Prop-{a}"), saunshi_run(m, meth, b, a))

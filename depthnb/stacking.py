@@ -15,7 +15,8 @@ import pandas as pd
 import torch
 import torch.distributed as dist
 
-from .config import STACK_RUNS, Preset, PretrainConfig, StackConfig, config_diff, from_dict, to_dict
+from .config import (STACK_RUNS, Preset, PretrainConfig, StackConfig, config_diff, from_dict, reserved_ids,
+                            to_dict)
 from .commands import CommandParser, choices, int_list, preset_from_args, require_one_run, run_each
 from .presets import get_preset, method_stack
 from .data import prepare_pretraining
@@ -25,10 +26,9 @@ from .runs import (atomic_write, is_done, json_lines, mark_done, read_config, re
                           read_metrics, save_weights, stack_run_dir, write_or_check_config)
 from .schedules import speedup, stack_config, stage_depths, stage_schedule
 from .devices import resolve_device
-from .parallel import checkpoints_for, init_parallel
+from .parallel import check_parallel_optimizer, checkpoints_for, init_parallel
 from .optim import make_optimizer
 from .train import finished_run, job_lock, pretrain
-from .ul2 import reserved_ids
 
 # %% auto #0
 __all__ = ['Stage', 'stack_stages', 'stage_config', 'grow_state', 'stage_state', 'stack_train', 'stack_pretrain_config',
@@ -130,6 +130,7 @@ def stack_train(config: PretrainConfig, stack: StackConfig, run_dir: Path | str,
     if config.model.share_layers and stack.method != "baseline":
         raise ValueError(f"stack_train: a looped model (share_layers=True) cannot be grown; use method='baseline', "
                          f"not {stack.method!r}")
+    check_parallel_optimizer(config.optimizer, config.parallel)
     info = init_parallel(config.device, config.parallel)
     with job_lock(run_dir, info):
         return _stack_train(config, stack, run_dir, info, data, progress, log if info.main else _quiet)

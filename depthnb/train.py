@@ -19,7 +19,7 @@ import torch.nn as nn
 from tqdm.auto import tqdm
 
 from .commands import CommandParser, UsageError, add_family_args, family_from_args, require_one_run, run_each
-from .config import Preset, PretrainConfig, config_diff, to_dict
+from .config import Preset, PretrainConfig, config_diff, reserved_ids, to_dict
 from .presets import get_preset, preset_size_class
 from .devices import (DistInfo, all_reduce_sum, autocast, configure_backends, maybe_compile, mfu,
                              peak_flops, resolve_device)
@@ -29,10 +29,11 @@ from .solver import model_config
 from .runs import (KEEP_CHECKPOINTS, MetricsLog, check_free_space, free_space, is_done, load_model, mark_done,
                           pretrain_run_dir, read_done, rng_state, run_lock, set_rng_state, step_file,
                           write_or_check_config)
-from .parallel import FullCheckpoints, ShardedCheckpoints, checkpoints_for, init_parallel, prepare_training
+from .parallel import (FullCheckpoints, ShardedCheckpoints, check_parallel_optimizer, checkpoints_for,
+                              init_parallel, prepare_training)
 from .schedules import snapshot_steps
 from .data import prepare_pretraining
-from .ul2 import UL2, reserved_ids
+from .ul2 import UL2
 
 
 # %% auto #0
@@ -301,6 +302,7 @@ def pretrain(config: PretrainConfig, run_dir: Path | str, *, init_model: Decoder
     stop = config.steps if stop_step is None else stop_step
     if not 0 <= start_step < stop <= config.steps:
         raise ValueError(f"need 0 <= start_step < stop_step <= config.steps, got {start_step}, {stop}, {config.steps}")
+    check_parallel_optimizer(config.optimizer, config.parallel)
     info = init_parallel(config.device, config.parallel)
     with job_lock(run_dir, info):
         return _pretrain(config, Path(run_dir), info, init_model, init_optimizer_state, start_step, stop, data,

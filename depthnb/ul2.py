@@ -12,24 +12,18 @@ import numpy as np
 import torch
 from fastcore.basics import patch
 
-from .config import check_range
+from .config import UL2_RESERVED_IDS, check_range, reserved_ids
 from .data import PAD_ID, Tokenizer
 
 # %% auto #0
-__all__ = ['MODES', 'PARADIGM_TOKENS', 'UL2_RESERVED_IDS', 'N_SENTINELS', 'MODE_TOKEN', 'reserved_ids', 'span_counts',
-           'span_source_length', 'UL2Batch', 'UL2', 'row_rng']
+__all__ = ['MODES', 'PARADIGM_TOKENS', 'N_SENTINELS', 'MODE_TOKEN', 'span_counts', 'span_source_length', 'UL2Batch', 'UL2',
+           'row_rng']
 
 # %% ../nbs/03b_ul2.ipynb #f780d9ce
 MODES = ("clm", "prefix", "span")  # causal LM, prefix LM (UL2's S-denoiser), span corruption (UL2's R-denoiser)
 PARADIGM_TOKENS = ("[NLU]", "[NLG]", "[S2S]")  # UL2's mode tokens: R-, X- and S-denoiser, in this id order
-UL2_RESERVED_IDS = 128  # ids above the tokenizer's vocabulary: the three mode tokens, then the sentinels
 N_SENTINELS = UL2_RESERVED_IDS - len(PARADIGM_TOKENS)
 MODE_TOKEN = {"prefix": "[S2S]", "span": "[NLU]"}  # causal LM blocks carry none: they are the `clm` objective's
-
-
-def reserved_ids(objective: str) -> int:
-    "Ids a model needs above its tokenizer's vocabulary for `objective` (`PretrainConfig.objective`)."
-    return UL2_RESERVED_IDS if objective == "ul2" else 0
 
 # %% ../nbs/03b_ul2.ipynb #d1d7722e
 def span_counts(length: int, noise_density: float, mean_span: float) -> tuple[int, int]:

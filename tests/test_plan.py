@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from depthnb.presets import PRESETS, SAUNSHI_CLASSES, SAUNSHI_TABLE1, STACK_STUDIES
-from depthnb.config import ModelConfig, override
+from depthnb.config import ModelConfig, override, reserved_ids
 from depthnb.devices import PEAK_FLOPS
 from depthnb.model import DecoderLM
 from depthnb.optim import make_optimizer
@@ -59,7 +59,8 @@ def test_saunshi_study_is_table1():
 
 def replace_vocab(cfg: ModelConfig) -> ModelConfig:
     from dataclasses import replace
-    return replace(cfg, n_vocab=PRESETS["saunshi"].pretrain.data.vocab_size)
+    pc = PRESETS["saunshi"].pretrain
+    return replace(cfg, n_vocab=pc.data.vocab_size + reserved_ids(pc.objective))  # 32000 pieces + UL2's 128 ids
 
 
 @pytest.mark.parametrize("preset", ["tiny", "paper", "saunshi"])
