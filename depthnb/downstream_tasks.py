@@ -39,8 +39,9 @@ from .tasks import HELD_OUT_SPLIT
 __all__ = ['DOWNSTREAM_TASKS', 'GROUPS', 'TABLE1_GROUPS', 'FEWSHOT_SEED', 'GSM8K_HELD_OUT', 'math_solution', 'load_svamp',
            'load_asdiv', 'load_mawps', 'load_gsm8k', 'load_nq_open', 'load_webquestions', 'DownstreamTask',
            'hub_unavailable', 'task_unavailable', 'offline_if_unreachable', 'lm_eval_config', 'primitive_config',
-           'quiet_lm_eval', 'evaluate_config', 'evaluate_task', 'fits_context', 'gsm8k_finetune_data', 'result_dir',
-           'gsm8k_finetune_dir', 'finetune_gsm8k', 'result_path', 'select_tasks', 'score_run', 'cli_downstream']
+           'quiet_lm_eval', 'evaluate_config', 'evaluate_task', 'fits_context', 'ContextTooShort',
+           'gsm8k_finetune_data', 'result_dir', 'gsm8k_finetune_dir', 'finetune_gsm8k', 'result_path', 'select_tasks',
+           'score_run', 'cli_downstream']
 
 # %% ../nbs/07b_downstream_tasks.ipynb #9595ac1b
 def _expression(text: str) -> str:
@@ -328,6 +329,10 @@ def fits_context(split: datasets.Dataset, tokenizer, n_ctx: int) -> list[bool]:
     return [len(x) + len(y) + 2 <= n_ctx for x, y in zip(xs, ys)]
 
 
+class ContextTooShort(ValueError):
+    "A model's context holds no GSM8k problem with its solution: it cannot be fine-tuned on GSM8k."
+
+
 def gsm8k_finetune_data(tokenizer=None, n_ctx: int | None = None, log=print) -> datasets.DatasetDict:
     """GSM8k as a fine-tuning task: `input` the question, `target` the annotated solution; 200 train problems held out.
     With `tokenizer` and `n_ctx`, the training and held-out problems longer than `n_ctx` are left out (logged)."""
@@ -342,7 +347,7 @@ def gsm8k_finetune_data(tokenizer=None, n_ctx: int | None = None, log=print) -> 
         return data
     kept = {s: [i for i, ok in enumerate(fits_context(data[s], tokenizer, n_ctx)) if ok] for s in ("train", HELD_OUT_SPLIT)}
     if not kept["train"] or not kept[HELD_OUT_SPLIT]:
-        raise ValueError(f"GSM8k fine-tuning: no {'training' if not kept['train'] else 'held-out'} problem fits in "
+        raise ContextTooShort(f"GSM8k fine-tuning: no {'training' if not kept['train'] else 'held-out'} problem fits in "
                          f"n_ctx={n_ctx} tokens; pretrain with a longer context (--set pretrain.model.n_ctx=N)")
     log("GSM8k fine-tuning: " + " and ".join(f"{len(data[s]) - len(kept[s])} of {len(data[s])} {s} problems"
                                               for s in kept) + f" are longer than n_ctx={n_ctx} tokens and left out")
@@ -401,14 +406,25 @@ def score_run(source: str | Path, tasks: list[str], *, shots: int | None = None,
             log(f"{source}: {why}")
             continue
         task = DOWNSTREAM_TASKS[name]
-        finetuned = task.group == "gsm8k_finetuned"
-        model_source = finetune_gsm8k(source, preset, log=log if not quiet else lambda *a: None) if finetuned else source
+        model_source, ruled_out = source, None
+        if task.group == "gsm8k_finetuned":
+            try:
+                model_source = finetune_gsm8k(source, preset, log=log if not quiet else lambda *a: None)
+            except ContextTooShort as e:  # the model, not the data, rules the task out: kept as a result, with the reason
+                ruled_out = f"{task.title}: {e}"
         for calc in (calculators if task.calculator else (False,)):
             n_shots = task.shots if shots is None else shots
             path = result_path(source, name, n_shots, calc, limit)
             if path.exists() and not overwrite:
                 records.append(json.loads(path.read_text()))
                 log(f"{path}: scored already")
+                continue
+            if ruled_out is not None:
+                rec = dict(task=name, title=task.title, group=task.group, shots=n_shots, calculator=calc, n=0,
+                           accuracy=float("nan"), metric=task.metric, source=str(source), missing=ruled_out)
+                atomic_write_text(path, json.dumps(rec, indent=1))
+                records.append(rec)
+                log(f"{path}: {rec['missing']}")
                 continue
             key = (str(model_source), calc)
             if key not in lms:

@@ -274,7 +274,7 @@ def downstream_results(items: list[dict], tasks, *, shots: int | None = None, li
     rows = []
     for it, records in zip(items, results):
         labels = {k: v for k, v in it.items() if k != "path"}
-        rows += [dict(labels, **{k: r[k] for k in keys}, missing=None) for r in records]
+        rows += [dict(labels, **{k: r[k] for k in keys}, missing=r.get("missing")) for r in records]
         rows += [dict(labels, task=t, title=DOWNSTREAM_TASKS[t].title, group=DOWNSTREAM_TASKS[t].group,
                       shots=DOWNSTREAM_TASKS[t].shots if shots is None else shots, calculator=c, n=0, accuracy=np.nan,
                       metric=DOWNSTREAM_TASKS[t].metric, missing=why)

@@ -5,6 +5,7 @@ GSM8k fine-tuning within the context and its results' place, and the verdicts of
 import contextlib
 import io
 import json
+import math
 
 import pandas as pd
 import pytest
@@ -17,7 +18,7 @@ from depthnb.data import train_tokenizer
 from depthnb.downstream import DepthnbLM, apply_calculator, calculator_edit, safe_eval, CalculatorError
 from depthnb.downstream_tasks import (DOWNSTREAM_TASKS, GROUPS, cli_downstream, evaluate_config, evaluate_task,
                                      fits_context, gsm8k_finetune_data, gsm8k_finetune_dir, lm_eval_config,
-                                     primitive_config, result_path, task_unavailable)
+                                     primitive_config, result_path, score_run, task_unavailable)
 from depthnb.model import DecoderLM, generate_many
 from depthnb.runs import save_weights, write_or_check_config
 from depthnb.stack_results import DOWNSTREAM_CLAIMS, downstream_verdicts
@@ -208,6 +209,21 @@ def test_gsm8k_finetuning_leaves_out_what_does_not_fit(tok):
                     "and left out"]
     with pytest.raises(ValueError, match="no training problem fits in n_ctx=8"):
         gsm8k_finetune_data(tok, 8, log=logs.append)
+
+
+def test_a_context_too_short_for_gsm8k_is_a_result_with_its_reason(model, tok, tmp_path):
+    run = tmp_path / "run"
+    write_or_check_config(run, dict(kind="pretrain", tokenizer=str(tok.path)))
+    save_weights(run / "final.pt", model, step=0)  # n_ctx=64: no GSM8k problem and its solution fit
+    logs = []
+    records = score_run(run, ["gsm8k_finetuned"], device="cpu", log=logs.append)
+    assert [r["calculator"] for r in records] == [False, True]
+    for r in records:
+        assert r["n"] == 0 and math.isnan(r["accuracy"])
+        assert r["missing"].startswith("GSM8k (fine-tuned): GSM8k fine-tuning: no training problem fits in n_ctx=64")
+    assert not gsm8k_finetune_dir(run).exists()
+    again = score_run(run, ["gsm8k_finetuned"], device="cpu", log=logs.append)  # read back, not recomputed
+    assert [r["missing"] for r in again] == [r["missing"] for r in records] and logs[-1].endswith("scored already")
 
 
 def test_finetuned_gsm8k_results_sit_beside_the_others(tmp_path):
