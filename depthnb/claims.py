@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
 from functools import lru_cache
 from itertools import permutations
+from math import factorial
 from pathlib import Path
 from typing import Callable, NamedTuple
 
@@ -26,13 +27,14 @@ from .solver import TABLE2_D_FF
 # %% auto #0
 __all__ = ['LEVEL', 'FLOOR', 'UNTESTED', 'PAPER_CLASS', 'PAPER_OPTIMAL_DEPTH', 'NEAR_BEST', 'SATURATING_TASKS',
            'EQUAL_PPL_TOLERANCE', 'EQUAL_LOSS_TOLERANCE', 'LATENCY_R2', 'PAPER_GRADSTACK_GAP', 'ISO_METHODS', 'SEEDS',
-           'CONTRAST', 'CLAIMS', 'DOWNSTREAM_RULE', 'Interval', 't_interval', 'interval_verdict', 'combine', 'spearman',
-           'by_seed', 'depth_contrast', 'depth_trend', 'shuffle_within_seed', 'paper_class_table', 'paper_accuracy',
-           'paper_contrast', 'paper_trend', 'paper_log_ppl', 'pct', 'describe', 'log_ppl_by_seed', 'first_gain',
-           'claim_depth_lowers_ppl', 'claim_diminishing_returns', 'claim_narrow_degrades', 'by_size', 'one_size_class',
-           'paper_ff_ratios', 'leftmost_near_best', 'claim_optimal_depth_grows', 'claim_wide_ratios_tolerated',
-           'at_floor', 'depth_effect', 'describe_depth_effect', 'claim_depth_generalizes', 'middle_depth', 'bend',
-           'claim_saturation', 'saturation_depth', 'claim_vf_saturates_sooner', 'type_table',
+           'CONTRAST', 'CLAIMS', 'DOWNSTREAM_RULE', 'POOLED_SUFFIXES', 'Interval', 't_interval', 'interval_verdict',
+           'combine', 'spearman', 'by_seed', 'depth_contrast', 'depth_trend', 'shuffle_within_seed',
+           'paper_class_table', 'paper_accuracy', 'paper_contrast', 'paper_trend', 'paper_log_ppl', 'pct', 'describe',
+           'log_ppl_by_seed', 'first_gain', 'claim_depth_lowers_ppl', 'claim_diminishing_returns',
+           'claim_narrow_degrades', 'by_size', 'one_size_class', 'paper_ff_ratios', 'leftmost_near_best',
+           'claim_optimal_depth_grows', 'claim_wide_ratios_tolerated', 'at_floor', 'depth_effect',
+           'describe_depth_effect', 'claim_depth_generalizes', 'middle_depth', 'bend', 'claim_saturation',
+           'saturation_depth', 'claim_vf_saturates_sooner', 'generalization_types', 'NoTypes', 'type_table',
            'claim_lexical_not_structural', 'claim_structural_near_zero', 'control_effect', 'claim_equal_ppl',
            'claim_equal_loss', 'claim_latency_linear', 'permutation_tail', 'claim_rank_deficient', 'between_seed_sd',
            'single_run_interval', 'family_loss_sd', 'as_printed', 'claim_table1_speedups', 'stack_table1',
@@ -42,7 +44,7 @@ __all__ = ['LEVEL', 'FLOOR', 'UNTESTED', 'PAPER_CLASS', 'PAPER_OPTIMAL_DEPTH', '
            'choice_readout', 'with_choice', 'single_run_verdict', 'claim_primitives_5shot', 'claim_primitives_ft',
            'chance_band', 'depth2_at_chance', 'claim_depth2_at_chance', 'claim_arithmetic_poor', 'family_spread',
            'claim_midas_cogs', 'FigureTables', 'Claim', 'check_claim', 'check_claims', 'half_width',
-           'seeds_for_half_width', 'seed_spread']
+           'seeds_for_half_width', 'seed_spread', 'part_files', 'pool_seed_tables', 'pool_parts']
 
 # %% ../nbs/08a_claims.ipynb #32d5ca55
 LEVEL = 0.95  # every interval of the report
@@ -195,9 +197,9 @@ def first_gain(table: pd.DataFrame) -> Interval:
 
 def claim_depth_lowers_ppl(ppl: pd.DataFrame, split: str) -> tuple[str, str]:
     parts, verdicts = [], []
-    effect = paper_log_ppl(1) - paper_log_ppl(2)
     for name, t in log_ppl_by_seed(ppl, split).items():
         d = sorted(t.columns)
+        effect = paper_log_ppl(d[0]) - paper_log_ppl(d[1])  # the paper's gain between our two shallowest depths
         iv = first_gain(t)
         verdicts.append(interval_verdict(iv, effect))
         parts.append(f"{name}: ln PPL {d[0]} layer(s) minus {d[1]} layers, per seed, "
@@ -212,7 +214,8 @@ def claim_diminishing_returns(ppl: pd.DataFrame, split: str) -> tuple[str, str]:
     for name, t in log_ppl_by_seed(ppl, split).items():
         if not {1, 2, 4} <= set(t.columns):
             verdicts.append("not testable")
-            parts.append(f"{name}: needs depths 1, 2 and 4")
+            parts.append(f"{name}: the claim compares 1 -> 2 with 2 -> 4 layers; this preset trains depths "
+                         f"{', '.join(map(str, t.columns))}")
             continue
         if (gain := first_gain(t)).lo <= 0 or not gain.decided:
             verdicts.append("not testable")
@@ -409,6 +412,19 @@ def claim_vf_saturates_sooner(acc: pd.DataFrame) -> tuple[str, str]:
     return "; ".join(parts) + f". {paper}", combine(verdicts)
 
 # %% ../nbs/08a_claims.ipynb #6c61dac9
+def generalization_types(t) -> pd.DataFrame:
+    "The Fig. 5 table of a `FigureTables`; `NoTypes` where the depth family fine-tunes on no task that has the types."
+    types = t.optional("petty_fig5_generalization_types")
+    if types is None and (acc := t.optional("finetune_accuracy")) is not None and not {"cogs", "cogs_vf"} & set(acc.task):
+        raise NoTypes(f"the depth family fine-tunes on {', '.join(TASK_NAMES.get(x, x) for x in sorted(set(acc.task)))} "
+                      "only: lexical and structural generalization are COGS's and COGS-vf's categories")
+    return t("petty_fig5_generalization_types")
+
+
+class NoTypes(LookupError):
+    "No task of the preset's depth family has lexical and structural generalization types."
+
+
 def type_table(types: pd.DataFrame, kind: str) -> pd.DataFrame:
     return by_seed(types[types.generalization_type == kind])
 
@@ -556,6 +572,11 @@ def claim_rank_deficient(summary: pd.DataFrame) -> tuple[str, str]:
             parts.append(f"{name} {proj}: no spectra at initialization to compare with")
             continue
         m = g.merge(init[["n_layers", "auc"]], on="n_layers", suffixes=("", "_init")).sort_values("ff_ratio")
+        if 1 / factorial(len(m)) > alpha:
+            verdicts.append("not testable")
+            parts.append(f"{name} {proj}: {len(m)} depths have {factorial(len(m))} orderings, so the smallest "
+                         f"permutation p is 1/{factorial(len(m))} > {alpha:.1%}: the test cannot decide")
+            continue
         added = m.auc - m.auc_init
         rho, p_up, p_down = permutation_tail(m.ff_ratio, added)
         verdicts.append("holds" if p_up < alpha else "does not hold" if p_down < alpha else "inconclusive")
@@ -903,11 +924,15 @@ def claim_midas_cogs(t: pd.DataFrame, family: pd.DataFrame | None = None) -> tup
             parts.append(f"{task}: at the floor for both methods")
             continue
         iv = t_interval(acc["midas"] - acc["baseline"])
+        if not iv.decided:
+            verdicts.append("not testable")
+            text = (f"{task}: MIDAS {pct(acc.midas.mean())} vs baseline {pct(acc.baseline.mean())}, one stacking seed "
+                    "per method: no interval (the pretraining seed is the unit; two or more are needed)")
+            parts.append(text + ("; for scale, " + family_spread(family) if family is not None else ""))
+            continue
         verdicts.append(interval_verdict(iv))
-        text = f"{task}: MIDAS {pct(acc.midas.mean())} vs baseline {pct(acc.baseline.mean())}, " + describe(iv)
-        if not iv.decided and family is not None:
-            text += "; for scale, " + family_spread(family)
-        parts.append(text)
+        parts.append(f"{task}: MIDAS {pct(acc.midas.mean())} vs baseline {pct(acc.baseline.mean())}, MIDAS minus "
+                     "baseline per stacking seed " + describe(iv))
     return "; ".join(parts) + ". Not a claim of either paper: the question this repository adds.", combine(verdicts)
 
 # %% ../nbs/08a_claims.ipynb #267f9908
@@ -952,7 +977,8 @@ CONTRAST = (f"deepest minus shallowest depth {SEEDS}; holds above 0, does not ho
             "trend (rho with depth per seed) beside it; null: depth labels shuffled within a seed")
 CLAIMS = [
     Claim("Petty", "Fig. 2, 3a", "Deeper models reach lower perplexity",
-          f"ln PPL 1 minus 2 layers {SEEDS}; holds above 0, does not hold below the paper's 0.385; null: identical depths",
+          f"ln PPL shallowest minus next depth {SEEDS}; holds above 0, does not hold below the paper's gain at those "
+          "depths (0.385 for 1 -> 2 layers); null: identical depths",
           lambda t: claim_depth_lowers_ppl(t("pretrain_final_ppl"), t.ppl_split)),
     Claim("Petty", "Fig. 3a", "Returns diminish: 1 -> 2 layers gains more perplexity than 2 -> 4",
           f"(1->2 gain) - (2->4 gain) in ln PPL {SEEDS}, only once the 1->2 gain holds; does not hold below 0.308",
@@ -975,10 +1001,10 @@ CLAIMS = [
           f"COGS-vf's bend minus COGS's {SEEDS}; needs COGS", lambda t: claim_vf_saturates_sooner(t("finetune_accuracy"))),
     Claim("Petty", "Fig. 5", "Depth helps lexical more than structural generalization",
           f"lexical minus structural deepest-minus-shallowest gain {SEEDS}; not testable with lexical at the floor",
-          lambda t: claim_lexical_not_structural(t("petty_fig5_generalization_types"))),
+          lambda t: claim_lexical_not_structural(generalization_types(t))),
     Claim("Petty", "§3.2, Fig. 5", "Structural generalization stays near zero even for the deepest models",
           f"deepest model's structural accuracy {SEEDS}, below {pct(FLOOR)}; not testable while lexical is at the floor too",
-          lambda t: claim_structural_near_zero(t("petty_fig5_generalization_types"))),
+          lambda t: claim_structural_near_zero(generalization_types(t))),
     Claim("Petty", "Fig. 6", "At equal pretraining perplexity, deeper models still generalize better",
           f"matched PPL within {EQUAL_PPL_TOLERANCE:.0%} of the target, else not testable; then " + CONTRAST,
           lambda t: claim_equal_ppl(t("petty_fig6_selection_*"), t.control_task)),
@@ -1027,7 +1053,8 @@ CLAIMS = [
           "not testable unless a model beats a guesser; one model per method: at most inconclusive",
           lambda t: claim_primitives_ft(t("midas_table7"), t.optional("midas_table7_choice"), t.primitive_n_eval)),
     Claim("Beyond", "MIDAS -> COGS", "MIDAS fine-tunes to better compositional generalization than the baseline",
-          f"MIDAS minus baseline {SEEDS} (same data order per seed); one run per method: inconclusive",
+          f"MIDAS minus baseline per stacking seed (same data order within a seed), 95% t-interval over seeds; "
+          "holds above 0, does not hold below 0; one seed per method: not testable",
           lambda t: claim_midas_cogs(t("midas_cogs"), t.optional("finetune_accuracy"))),
 ]
 DOWNSTREAM_RULE = ("per method, mean exact match of the task group (final weights) with a binomial 95% interval; holds when "
@@ -1044,6 +1071,8 @@ def check_claim(claim: Claim, tables: FigureTables) -> tuple[str, str]:
         return claim.check(tables)
     except FileNotFoundError as e:
         return f"missing output: {Path(e.filename).name} (run the notebook that writes it)", "not testable"
+    except NoTypes as e:
+        return str(e), "not testable"
 
 
 def check_claims(tables: FigureTables, claims: list[Claim] = CLAIMS) -> pd.DataFrame:
@@ -1083,3 +1112,69 @@ def seed_spread(acc: pd.DataFrame, level: float = LEVEL) -> pd.DataFrame:
                          trend_sd=trend.std(ddof=1), direct_dof=len(t) - 1, model_sd=model_sd, pooled_dof=dof,
                          pooled_contrast_sd=np.sqrt(2) * model_sd, pooled_contrast_sd_upper=np.sqrt(2) * upper))
     return pd.DataFrame(rows)
+
+# %% ../nbs/08a_claims.ipynb #7c2bca53
+POOLED_SUFFIXES = (".csv", ".md", ".png", ".pdf", ".txt")  # the files of a table or a figure
+
+
+def part_files(folders: dict[str, Path]) -> dict[str, list[str]]:
+    "Per file name of the parts' figure folders (tables and figures), the parts that have it, in order."
+    found: dict[str, list[str]] = {}
+    for part, folder in folders.items():
+        for path in sorted(Path(folder).iterdir()):
+            if path.suffix in POOLED_SUFFIXES and path.is_file():
+                found.setdefault(path.name, []).append(part)
+    return found
+
+
+def pool_seed_tables(tables: dict[str, pd.DataFrame], stem: str) -> pd.DataFrame:
+    "One table from the parts' per-seed tables (part -> table): rows concatenated; a seed in two parts is an error."
+    seen: dict[int, str] = {}
+    for part, t in tables.items():
+        for seed in sorted(set(t.seed)):
+            if seed in seen:
+                raise ValueError(f"pool_parts: {stem} has seed {seed} in parts {seen[seed]!r} and {part!r}; "
+                                 "parts must have disjoint seeds (the claims pair within a seed)")
+            seen[seed] = part
+    return pd.concat([t.assign(part=part) for part, t in tables.items()], ignore_index=True)
+
+
+def pool_parts(folders: dict[str, str | Path], out: str | Path, keep: tuple[str, ...] = ("sizing_*",)) -> pd.DataFrame:
+    """Write into `out` the parts' figure folders (part name -> folder) as one: per-seed tables several parts wrote
+    concatenated, every other file copied from its first part; earlier results in `out` not matching `keep` removed.
+    Returns (and saves as `pooled_parts`) the source of every file."""
+    folders = {part: Path(f) for part, f in folders.items()}
+    if missing := [str(f) for f in folders.values() if not f.is_dir()]:
+        raise FileNotFoundError(f"pool_parts: no figures folder {', '.join(missing)} (run the part first)")
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    for stale in out.iterdir():
+        if stale.suffix in POOLED_SUFFIXES and not any(stale.match(k + s) for k in keep for s in POOLED_SUFFIXES):
+            stale.unlink()
+    files, rows = part_files(folders), []
+    pooled = {name[:-4] for name, parts in files.items()
+              if name.endswith(".csv") and len(parts) > 1
+              and all("seed" in pd.read_csv(folders[p] / name, nrows=0).columns for p in parts)}
+    for name, parts in files.items():
+        stem, suffix = name.rsplit(".", 1)
+        if stem in pooled and suffix in ("csv", "md"):
+            if suffix == "csv":
+                t = pool_seed_tables({p: pd.read_csv(folders[p] / name) for p in parts}, stem)
+                head = (folders[parts[0]] / f"{stem}.md").read_text().split("\n\n")[0] if (folders[parts[0]] / f"{stem}.md").exists() else stem
+                note = (f"Pooled over parts {', '.join(parts)} (seeds {', '.join(map(str, sorted(set(t.seed))))}; column "
+                        f"part). The first part's caption: {head}")
+                t.to_csv(out / name, index=False)
+                (out / f"{stem}.md").write_text(f"{note}\n\n{t.to_markdown(index=False)}\n")
+                rows.append(dict(file=name, source="pooled: " + ", ".join(parts), rows=len(t)))
+            continue
+        text = (folders[parts[0]] / name).read_bytes()
+        if len(parts) > 1 and suffix in ("txt", "md"):  # the caption says which part it describes
+            text = (f"[From part {parts[0]} only; parts {', '.join(parts[1:])} have their own in figures/<part>/.] "
+                    ).encode() + text
+        (out / name).write_bytes(text)
+        rows.append(dict(file=name, source=parts[0], rows=None))
+    manifest = pd.DataFrame(rows, columns=["file", "source", "rows"])
+    manifest.to_csv(out / "pooled_parts.csv", index=False)
+    (out / "pooled_parts.md").write_text("The source of every file in this folder: pooled over the parts' seeds, or "
+                                         f"copied from one part.\n\n{manifest.to_markdown(index=False)}\n")
+    return manifest

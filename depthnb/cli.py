@@ -8,6 +8,7 @@ from __future__ import annotations
 import sys
 
 from .commands import CommandParser, UsageError, choices, preset_from_args
+from .presets import PRESETS
 from .reproduce import EXPERIMENTS, ExperimentFailed, reproduce
 
 from .bench import cli_bench
@@ -73,6 +74,11 @@ def cli_reproduce(argv: list[str] | None = None) -> int:
         if parse_task(preset.control_task).spec != preset.control_task:
             overrides["control_task"] = parse_task(preset.control_task).spec
         only = choices(args.only, "experiment", [e.name for e in EXPERIMENTS]) or None
+        choices(",".join(preset.experiments), "experiment", [e.name for e in EXPERIMENTS])  # the preset's own list
+        for part in preset.parts:
+            if part not in PRESETS or PRESETS[part].parts:
+                raise UsageError(f"part {part!r} of preset {preset.name!r} is not a preset without parts; presets: "
+                                 + ", ".join(n for n, q in PRESETS.items() if not q.parts))
         if args.seeds is not None and args.seeds < 1:
             raise UsageError(f"--seeds {args.seeds}: out of range; allowed: integers ≥ 1")
         try:

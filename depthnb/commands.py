@@ -15,8 +15,9 @@ from .config import Preset, SizeClass, override
 from .presets import PRESETS, preset_depths, preset_size_class
 
 # %% auto #0
-__all__ = ['SIZE_CLASS_FIELDS', 'UsageError', 'CommandParser', 'add_preset_args', 'preset_from_args', 'add_family_args',
-           'family_from_args', 'int_list', 'choices', 'require_one_run', 'run_each']
+__all__ = ['SIZE_CLASS_FIELDS', 'UsageError', 'CommandParser', 'add_preset_args', 'preset_from_args', 'add_threads_arg',
+           'threads_for', 'use_threads', 'add_family_args', 'family_from_args', 'int_list', 'choices',
+           'require_one_run', 'run_each']
 
 # %% ../nbs/00b_commands.ipynb #c9032214
 class UsageError(ValueError):
@@ -24,11 +25,13 @@ class UsageError(ValueError):
 
 
 class CommandParser(argparse.ArgumentParser):
-    "argparse for a `depthnb` command: optional preset arguments, `--debug`, and every error as one line."
-    def __init__(self, prog: str, description: str, preset: bool = True, **kwargs):
+    "argparse for a `depthnb` command: optional preset (and thread) arguments, `--debug`, and every error as one line."
+    def __init__(self, prog: str, description: str, preset: bool = True, threads: bool = False, **kwargs):
         super().__init__(prog=prog, description=description, **kwargs)
         if preset:
             add_preset_args(self)
+        if threads:
+            add_threads_arg(self)
         self.add_argument("--debug", action="store_true", help="show the Python traceback of an error")
 
     def error(self, message: str):
@@ -38,6 +41,8 @@ class CommandParser(argparse.ArgumentParser):
         "Parse `argv` and return `command(args)`: a `UsageError` exits 2, any other error 1, each as one line."
         args = self.parse_args(argv)
         try:
+            if "threads" in args:
+                use_threads(args)
             return command(args) or 0
         except Exception as e:
             if args.debug:
@@ -79,6 +84,31 @@ def preset_from_args(args) -> Preset:
         except (ValueError, KeyError, TypeError) as e:
             raise UsageError(f"--set {item}: {e.args[0] if e.args else e}") from None
     return preset
+
+# %% ../nbs/00b_commands.ipynb #7df08e01
+def add_threads_arg(parser) -> None:
+    "Add `--threads N`: torch threads of a training command."
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: 1 where the preset trains "
+                        "with several workers, as depthnb reproduce does: results are bit-identical only at the same "
+                        "thread count; else torch's default)")
+
+
+def threads_for(preset: Preset, threads: int | None = None) -> int | None:
+    "The torch threads of a training command: `threads`, else 1 where `preset.workers > 1`, else None (torch's default)."
+    if threads is not None:
+        if threads < 1:
+            raise UsageError(f"--threads {threads}: out of range; allowed: integers ≥ 1")
+        return threads
+    return 1 if preset.workers > 1 else None
+
+
+def use_threads(args) -> None:
+    "Set torch's thread count from parsed `--threads` (and the preset's workers)."
+    import torch
+
+    n = threads_for(preset_from_args(args), args.threads)
+    if n is not None:
+        torch.set_num_threads(n)
 
 # %% ../nbs/00b_commands.ipynb #fd52e5eb
 def add_family_args(parser) -> None:

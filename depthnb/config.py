@@ -234,6 +234,9 @@ class Preset:
     task_steps: dict[str, int] = field(default_factory=dict)  # fine-tuning steps per task (missing: finetune.steps)
     control_task: str = "cogs"  # task of the equal-perplexity and equal-loss controls (Petty Figs. 6-7)
     control_references: tuple[int, ...] | None = None  # reference depths of Fig. 6 (None: all but the deepest)
+    experiments: tuple[str, ...] = ()  # experiment notebooks this preset runs (empty: all but the optional ones)
+    parts: tuple[str, ...] = ()  # presets run first, each into runs/<part>/ and figures/<part>/ (pooled by the report)
+    stack_seeds: tuple[int, ...] = ()  # pretraining seeds of the stacking study's runs (empty: the first of `seeds`)
     workers: int = 1  # runs trained side by side in single-threaded processes (CPU sweeps)
     device: str = "auto"
     runs_dir: str = "runs"  # runs land in runs_dir/<name>/

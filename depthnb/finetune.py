@@ -424,7 +424,7 @@ def finetune_job(preset: Preset | str, size_class, n_layers: int, seed: int, tas
 # %% ../nbs/07_finetune.ipynb #d0ab69e8
 def finetune_parser(prog: str, description: str) -> CommandParser:
     "The parser of `depthnb finetune` and `depthnb evaluate`: a preset and a selection of its fine-tuning runs."
-    ap = CommandParser(prog, description)
+    ap = CommandParser(prog, description, threads=True)
     ap.add_argument("--tasks", default=None, help=f"comma-separated: built-in tasks ({', '.join(TASKS)}), task folders "
                     "(train.tsv and dev.tsv, test.tsv or gen.tsv) or hf:NAME[:CONFIG][:input=COL][:target=COL]"
                     "[:category=COL] (default: the preset's)")

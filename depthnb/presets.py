@@ -14,10 +14,10 @@ from .config import (LLAMA_MIXTURE, DataConfig, FinetuneConfig, ModelConfig, Pre
                             PrimitiveConfig, SizeClass, StackConfig, STACK_RUNS, check_choice, override)
 
 # %% auto #0
-__all__ = ['SIZE_CLASSES', 'SAUNSHI_CLASSES', 'TINY_CLASS', 'CPU_CLASS', 'CPU_STACK_CLASS', 'PRESETS', 'SAUNSHI_TOKENS',
-           'SAUNSHI_DOCS', 'SAUNSHI_TABLE1', 'SAUNSHI_TINY_STAND_INS', 'SAUNSHI_TINY_CLASS', 'STACK_STUDIES',
-           'resolve_size_class', 'saunshi_run', 'load_preset', 'get_preset', 'preset_size_class', 'preset_depths',
-           'method_stack', 'repo_root', 'experiment_preset']
+__all__ = ['SIZE_CLASSES', 'SAUNSHI_CLASSES', 'TINY_CLASS', 'CPU_CLASS', 'CPU_STACK_CLASS', 'CPU_BASE', 'PRESETS',
+           'SAUNSHI_TOKENS', 'SAUNSHI_DOCS', 'SAUNSHI_TABLE1', 'SAUNSHI_TINY_STAND_INS', 'SAUNSHI_TINY_CLASS',
+           'STACK_STUDIES', 'CPU_PETTY', 'resolve_size_class', 'saunshi_run', 'load_preset', 'get_preset',
+           'preset_size_class', 'preset_depths', 'preset_stack_seeds', 'method_stack', 'repo_root', 'experiment_preset']
 
 # %% ../nbs/00a_presets.ipynb #3dac3ffb
 SIZE_CLASSES: dict[str, SizeClass] = {
@@ -59,6 +59,33 @@ TINY_CLASS = dict(name="tiny", d_model=64, d_attn=64, n_heads=4, n_layers=2, d_f
 CPU_CLASS = dict(name="cpu", d_model=128, d_attn=128, n_heads=4, n_layers=2, d_ff=640, n_vocab=2048,
                  depths=(1, 2, 3, 4, 6))
 CPU_STACK_CLASS = dict(CPU_CLASS, name="cpu_stack", n_layers=4, d_ff=320, depths=(4,))
+CPU_BASE = Preset(  # what the cpu preset and its parts share; not registered, it runs nothing by itself
+    name="cpu-base",
+    description="The settings shared by the cpu preset and its parts.",
+    hardware="2 CPU cores",
+    size_classes=(CPU_CLASS,),
+    depths={"cpu": (1, 3, 6)},
+    seeds=(0,),
+    tasks=("geoquery", "passivization"),
+    pretrain=PretrainConfig(model=ModelConfig(n_ctx=128, n_vocab=2048),
+                            data=DataConfig(corpus="enwiki", max_train_docs=10_000, vocab_size=2048,
+                                            tokenizer_docs=2_000),
+                            steps=1200, batch_size=16, lr=3e-3, warmup_steps=100, eval_every=200,
+                            eval_sequences=64, log_every=50, ckpt_every=400, n_snapshots=24,
+                            snapshot_spacing="linear", device="cpu", compile=False),
+    finetune=FinetuneConfig(steps=800, batch_size=32, lr=2e-3, warmup_steps=50, eval_every=50,
+                            eval_examples=200, n_snapshots=24, gen_limit=400, max_new_tokens=160,
+                            device="cpu", compile=False),
+    task_steps={"cogs_vf": 2000, "geoquery": 1000, "passivization": 1600},
+    control_task="passivization",
+    control_references=(6,),
+    stack=StackConfig(method="midas", block_size=1, schedule="prop", alpha=1.0),
+    stack_layers=4,
+    stack_size_class=CPU_STACK_CLASS,
+    primitives=PrimitiveConfig(n_eval=100, ft_steps=150, ft_eval_from=100, ft_eval_every=50, ft_seeds=(0, 1)),
+    workers=2,
+    device="cpu",
+)
 
 PRESETS: dict[str, Preset] = {
     "tiny": Preset(
@@ -84,32 +111,17 @@ PRESETS: dict[str, Preset] = {
         workers=2,
         device="cpu",
     ),
-    "cpu": Preset(
+    "cpu": replace(
+        CPU_BASE,
         name="cpu",
-        description="Science on 2 CPU cores in under 2 hours: a 1.2M-parameter depth family with two seeds, each model "
-                    "fine-tuned until it fits COGS-vf, GeoQuery and passivization (sized by experiments/cpu_sizing).",
-        hardware="2 CPU cores",
-        size_classes=(CPU_CLASS,),
-        seeds=(0, 1),
-        tasks=("cogs_vf", "geoquery", "passivization"),
-        pretrain=PretrainConfig(model=ModelConfig(n_ctx=128, n_vocab=2048),
-                                data=DataConfig(corpus="enwiki", max_train_docs=10_000, vocab_size=2048,
-                                                tokenizer_docs=2_000),
-                                steps=1200, batch_size=16, lr=3e-3, warmup_steps=100, eval_every=200,
-                                eval_sequences=64, log_every=50, ckpt_every=400, n_snapshots=12,
-                                snapshot_spacing="linear", device="cpu", compile=False),
-        finetune=FinetuneConfig(steps=800, batch_size=32, lr=2e-3, warmup_steps=50, eval_every=200,
-                                eval_examples=200, n_snapshots=4, gen_limit=400, max_new_tokens=160,
-                                device="cpu", compile=False),
-        task_steps={"cogs_vf": 2000, "geoquery": 1000, "passivization": 1600},
-        control_task="geoquery",
-        control_references=(6,),
-        stack=StackConfig(method="midas", block_size=1, schedule="prop", alpha=1.0),
-        stack_layers=4,
-        stack_size_class=CPU_STACK_CLASS,
-        primitives=PrimitiveConfig(n_eval=100, ft_steps=150, ft_eval_from=100, ft_eval_every=50, ft_seeds=(0, 1)),
-        workers=2,
-        device="cpu",
+        description="Science on 2 CPU cores in three parts of under 2 hours each: the depth family's 1-, 3- and "
+                    "6-layer models with ten pretraining seeds (cpu-petty-a, cpu-petty-b) on GeoQuery and "
+                    "passivization with both controls on passivization, and MIDAS vs its baseline on COGS-vf over "
+                    "eight stacking seeds (cpu-midas); the report pools the parts (sized by experiments/cpu_sizing).",
+        seeds=tuple(range(10)),
+        stack_seeds=tuple(range(8)),
+        parts=("cpu-petty-a", "cpu-petty-b", "cpu-midas"),
+        experiments=("report",),
     ),
     "small": Preset(
         name="small",
@@ -255,6 +267,22 @@ STACK_STUDIES: dict[str, tuple[tuple[str, dict], ...]] = {  # preset name -> its
                      for m, meth, b, a in SAUNSHI_TABLE1),
 }
 
+# %% ../nbs/00a_presets.ipynb #dab78d20
+CPU_PETTY = ("petty_data", "petty_pretrain", "petty_finetune", "petty_equal_ppl", "petty_equal_loss")
+PRESETS["cpu-petty-a"] = replace(
+    CPU_BASE, name="cpu-petty-a", seeds=(0, 1, 2, 3, 4), experiments=("petty_shapes", *CPU_PETTY, "petty_latency", "petty_rank"),
+    description="Part a of cpu: the depth family's 1-, 3- and 6-layer models, pretraining seeds 0-4, on GeoQuery and "
+                "passivization, both controls on passivization, Figs. 8-9 (about 112 minutes).")
+PRESETS["cpu-petty-b"] = replace(
+    CPU_BASE, name="cpu-petty-b", seeds=(5, 6, 7, 8, 9), experiments=CPU_PETTY,
+    description="Part b of cpu: part a's runs for pretraining seeds 5-9 (about 112 minutes).")
+PRESETS["cpu-midas"] = replace(
+    CPU_BASE, name="cpu-midas", tasks=("cogs_vf",), stack_seeds=tuple(range(8)),
+    experiments=("petty_data", "midas_stacking", "midas_primitives", "midas_cogs", "midas_downstream"),
+    description="Part MIDAS of cpu: the stacking study's baseline and MIDAS with stacking seeds 0-7, fine-tuned on "
+                "COGS-vf (about 85 minutes); on seed 0 also GradStack, progressive and looped stacking, the layer "
+                "similarity, the reasoning primitives and the downstream tasks (about 15 more).")
+
 # %% ../nbs/00a_presets.ipynb #4184010f
 def load_preset(name: str = "tiny", **overrides) -> Preset:
     "The preset `name` with `overrides` applied (see `override`)."
@@ -290,6 +318,12 @@ def preset_depths(preset: Preset | str, size_class=None) -> tuple[int, ...]:
     return tuple(get_preset(preset).depths.get(sc.name, sc.depths))
 
 
+def preset_stack_seeds(preset: Preset | str) -> tuple[int, ...]:
+    "The pretraining seeds of a preset's stacking study (its `stack_seeds`, else the first of its `seeds`)."
+    p = get_preset(preset)
+    return tuple(p.stack_seeds) or tuple(p.seeds[:1])
+
+
 def method_stack(preset: Preset | str, method: str) -> StackConfig:
     "The preset's `StackConfig` for one of `STACK_RUNS` (looped: the baseline)."
     check_choice("method", method, STACK_RUNS)
@@ -311,6 +345,7 @@ def experiment_preset(preset: str | Preset = "tiny", overrides: dict | None = No
     changes: dict[str, Any] = {}
     if seeds is not None:
         changes["seeds"] = tuple(p.seeds[:seeds]) if seeds <= len(p.seeds) else tuple(range(seeds))
+        changes["stack_seeds"] = tuple(p.stack_seeds[:seeds])
     if device is not None:
         changes.update({"device": device, "pretrain.device": device, "finetune.device": device})
     for name, value in (("size_classes", size_classes), ("tasks", tasks)):

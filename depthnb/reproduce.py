@@ -11,12 +11,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from .claims import pool_parts
 from .presets import load_preset, repo_root
 from .runs import atomic_write_text, run_lock
 
 # %% auto #0
 __all__ = ['EXPERIMENTS', 'KERNEL_QUIET', 'Experiment', 'experiments_dir', 'experiment_order', 'done_marker', 'ExperimentFailed',
-           'reproduce']
+           'reproduce', 'finished_markers', 'reproduce_parts']
 
 # %% ../nbs/10a_reproduce.ipynb #48448652
 @dataclass(frozen=True)
@@ -62,7 +63,7 @@ def experiments_dir() -> Path:
     return folder
 
 
-def experiment_order(only: list[str] | None = None) -> list[Experiment]:
+def experiment_order(only: list[str] | tuple[str, ...] | None = None) -> list[Experiment]:
     "The experiments to run, in dependency order; `only` selects by name (dependencies are not added), else all but the optional ones."
     names = [e.name for e in EXPERIMENTS]
     unknown = sorted(set(only or []) - set(names))
@@ -89,7 +90,8 @@ class ExperimentFailed(RuntimeError):
 def reproduce(preset: str = "tiny", only: list[str] | None = None, seeds: int | None = None,
               overrides: dict | None = None, runs_dir: str | Path | None = None,
               figures_dir: str | Path | None = None, log=print) -> list[Path]:
-    "Run the experiment notebooks of `preset` in order with papermill; returns the executed notebooks."
+    """Run the experiment notebooks of `preset` in order with papermill (its parts first, unless `only` names
+    experiments); returns the executed notebooks."""
     import papermill as pm
     from papermill.exceptions import PapermillExecutionError
 
@@ -97,18 +99,19 @@ def reproduce(preset: str = "tiny", only: list[str] | None = None, seeds: int | 
     sources = experiments_dir()
     runs = Path(runs_dir or repo_root() / p.runs_dir) / p.name
     figures = Path(figures_dir or repo_root() / p.figures_dir)
+    parts = {} if only else reproduce_parts(p, seeds, overrides, runs.parent, figures, log)
     out_dir = runs / "notebooks"
     out_dir.mkdir(parents=True, exist_ok=True)
     parameters = dict(preset=preset, overrides=overrides or {}, seeds=seeds, runs_dir=str(runs.parent),
                       figures_dir=str(figures))
     with run_lock(runs):  # a second `reproduce` of this preset is refused while this one runs
-        todo = experiment_order(only)
+        todo = experiment_order(only or p.experiments or None)
         markers = {e.name: out_dir / f"{e.name}.done.json" for e in EXPERIMENTS}
         executed, t_all = [], time.time()
         for i, exp in enumerate(todo, 1):
             source, target, marker = sources / f"{exp.name}.ipynb", out_dir / f"{exp.name}.ipynb", markers[exp.name]
             upstream = {a: json.loads(markers[a].read_text()) if markers[a].exists() else None for a in exp.after}
-            expected = done_marker(source, parameters, upstream)
+            expected = done_marker(source, parameters, {**upstream, **parts})
             if marker.exists() and json.loads(marker.read_text()) == expected:
                 log(f"[{i}/{len(todo)}] {exp.name}: done already ({target})")
                 executed.append(target)
@@ -131,3 +134,28 @@ def reproduce(preset: str = "tiny", only: list[str] | None = None, seeds: int | 
     log(f"{len(todo)} experiments of preset {p.name!r} done in {time.time() - t_all:.0f} s; "
         f"figures in {figures / p.name}, runs in {runs}, report in {figures / p.name / 'REPORT.md'}")
     return executed
+
+# %% ../nbs/10a_reproduce.ipynb #51719d36
+def finished_markers(runs: Path) -> dict[str, dict]:
+    "The done markers of a preset's finished experiments (name -> marker) in its runs folder."
+    return {p.name.removesuffix(".done.json"): json.loads(p.read_text())
+            for p in sorted((runs / "notebooks").glob("*.done.json"))}
+
+
+def reproduce_parts(p, seeds: int | None, overrides: dict | None, runs_root: Path, figures: Path, log=print) -> dict:
+    """Reproduce each of `p.parts` (a finished part is skipped) and pool their figures into `figures/<p.name>/`;
+    returns the parts' markers (what the preset's own experiments depend on)."""
+    if not p.parts:
+        return {}
+    for part in p.parts:
+        log(f"== part {part} of {p.name} ==")
+        reproduce(part, seeds=seeds, overrides=overrides, runs_dir=runs_root, figures_dir=figures, log=log)
+    markers = {f"part {part}": finished_markers(runs_root / part) for part in p.parts}
+    record = runs_root / p.name / "pooled.json"
+    if record.exists() and json.loads(record.read_text()) == markers and (figures / p.name / "pooled_parts.csv").exists():
+        log(f"pooled already: {figures / p.name}")
+    else:
+        pool_parts({part: figures / part for part in p.parts}, figures / p.name)
+        atomic_write_text(record, json.dumps(markers, indent=1))
+        log(f"pooled {', '.join(p.parts)} into {figures / p.name}")
+    return markers

@@ -18,7 +18,7 @@ import torch.distributed as dist
 from .config import (STACK_RUNS, Preset, PretrainConfig, StackConfig, config_diff, from_dict, reserved_ids,
                             to_dict)
 from .commands import CommandParser, choices, int_list, preset_from_args, require_one_run, run_each
-from .presets import get_preset, method_stack
+from .presets import get_preset, method_stack, preset_stack_seeds
 from .data import prepare_pretraining
 from .growth import grow
 from .model import DecoderLM
@@ -238,10 +238,12 @@ def measured_speedup(baseline_dir: Path | str, stacked_dir: Path | str) -> dict:
 def cli_stack(argv: list[str] | None = None) -> int:
     "depthnb stack [--preset P] [--set KEY=VALUE ...] [--method M,..] [--seeds S,..] [--run-dir D]"
     ap = CommandParser("depthnb stack", "Pretrain a preset's stacking study: baseline, GradStack, MIDAS, progressive "
-                       "or looped runs on the same data and steps; finished runs are skipped, interrupted ones resume.")
+                       "or looped runs on the same data and steps; finished runs are skipped, interrupted ones resume.",
+                       threads=True)
     ap.add_argument("--method", default=None, help=f"comma-separated, of {', '.join(STACK_RUNS)} "
                     "(default: the preset's stack.method)")
-    ap.add_argument("--seeds", default=None, help="comma-separated pretraining seeds (default: the first of the preset's)")
+    ap.add_argument("--seeds", default=None, help="comma-separated pretraining seeds (default: the preset's stack_seeds, "
+                    "else the first of its seeds)")
     ap.add_argument("--run-dir", default=None, help="run directory (a single run only; default: "
                     "<runs_dir>/<preset>/stack/<name>)")
     ap.add_argument("--no-progress", action="store_true", help="no progress bars")
@@ -249,7 +251,7 @@ def cli_stack(argv: list[str] | None = None) -> int:
     def command(args) -> int:
         preset = preset_from_args(args)
         methods = choices(args.method, "method", STACK_RUNS, default=(preset.stack.method,))
-        jobs = [(m, s) for m in methods for s in int_list(args.seeds, "--seeds", preset.seeds[:1])]
+        jobs = [(m, s) for m in methods for s in int_list(args.seeds, "--seeds", preset_stack_seeds(preset))]
         if args.run_dir:
             require_one_run("--run-dir", len(jobs), "use --method M --seeds S")
         runs = [(Path(args.run_dir) if args.run_dir else stack_run_dir(preset, m, s), m, s,

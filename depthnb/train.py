@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -37,9 +38,10 @@ from .ul2 import UL2
 
 
 # %% auto #0
-__all__ = ['lm_loss', 'NonFiniteLossError', 'check_finite', 'run_disk_need', 'job_lock', 'finished_run', 'LoopSchedule', 'Window',
-           'LoopHooks', 'resume', 'train_loop', 'pretrain_hooks', 'pretrain_record', 'pretrain_schedule', 'pretrain',
-           'pretrain_config', 'run_parallel', 'pretrain_job', 'pretrain_selection', 'cli_pretrain']
+__all__ = ['WORKER_ENV', 'lm_loss', 'NonFiniteLossError', 'check_finite', 'run_disk_need', 'job_lock', 'finished_run',
+           'LoopSchedule', 'Window', 'LoopHooks', 'resume', 'train_loop', 'pretrain_hooks', 'pretrain_record',
+           'pretrain_schedule', 'pretrain', 'pretrain_config', 'environment', 'run_parallel', 'pretrain_job',
+           'pretrain_selection', 'cli_pretrain']
 
 # %% ../nbs/05_train.ipynb #2c57c7e3
 @torch.no_grad()
@@ -340,15 +342,33 @@ def pretrain_config(preset: Preset | str, size_class, n_layers: int, seed: int =
 
 
 # %% ../nbs/05_train.ipynb #fe2a1274
+WORKER_ENV = {"MALLOC_MMAP_THRESHOLD_": "33554432", "MALLOC_TRIM_THRESHOLD_": "268435456"}  # read by glibc at start
+
+
+@contextlib.contextmanager
+def environment(changes: dict[str, str]):
+    "`os.environ` with `changes` inside the block (what processes started there inherit), restored after it."
+    saved = {k: os.environ.get(k) for k in changes}
+    os.environ.update(changes)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 def run_parallel(fn, jobs: list[dict], workers: int = 1, threads: int = 1, log=print) -> list:
-    "`[fn(**job) for job in jobs]`, computed by `workers` spawned processes of `threads` threads each."
+    "`[fn(**job) for job in jobs]`, computed by `workers` spawned processes of `threads` threads each (`WORKER_ENV`)."
     if workers <= 1 or len(jobs) <= 1:
         return [fn(**job) for job in jobs]
     ctx = torch.multiprocessing.get_context("spawn")
     results: list = [None] * len(jobs)
     t0 = time.time()
-    with ProcessPoolExecutor(min(workers, len(jobs)), mp_context=ctx, initializer=torch.set_num_threads,
-                             initargs=(threads,)) as pool:
+    with environment(WORKER_ENV), ProcessPoolExecutor(min(workers, len(jobs)), mp_context=ctx,
+                                                      initializer=torch.set_num_threads, initargs=(threads,)) as pool:
         futures = {pool.submit(fn, **job): i for i, job in enumerate(jobs)}
         for n_done, fut in enumerate(as_completed(futures), 1):
             i = futures[fut]
@@ -393,7 +413,7 @@ def pretrain_selection(args) -> list[tuple[PretrainConfig, Path]]:
 def cli_pretrain(argv: list[str] | None = None) -> int:
     "depthnb pretrain [--preset P] [--set KEY=VALUE ...] [--size-class C] [--layers N,..] [--seeds S,..] [--run-dir D]"
     ap = CommandParser("depthnb pretrain", "Pretrain models of a preset's depth family; finished runs are skipped, "
-                       "interrupted ones resume.")
+                       "interrupted ones resume.", threads=True)
     add_family_args(ap)
     ap.add_argument("--run-dir", default=None, help="run directory (a single run only; default: "
                     "<runs_dir>/<preset>/pretrain/<class>/L<n>_s<seed>)")

@@ -19,6 +19,9 @@ CASES = [
     ("evaluate --split nosuch", "unknown split 'nosuch' of task cogs; splits: train, dev, test, gen"),
     ("stack --method nosuch", "unknown method 'nosuch'; methods: baseline, gradstack, midas, progressive, looped"),
     ("data --only nosuch", "unknown dataset 'nosuch'"),
+    ("pretrain --threads 0", "--threads 0: out of range; allowed: integers ≥ 1"),
+    ("reproduce --preset cpu --set experiments=nosuch", "unknown experiment 'nosuch'; experiments: petty_shapes"),
+    ("reproduce --preset cpu --set parts=nosuch", "part 'nosuch' of preset 'cpu' is not a preset without parts"),
 ]
 if not torch.cuda.is_available():
     CASES.append(("bench --device cuda", "CUDA is not available"))

@@ -1,0 +1,131 @@
+"""The `cpu` preset in parts (issue 32): the parts resolve and fit the sizing study's 2-hour budget, `reproduce` runs
+each part once and pools them, `claims.pool_parts` pairs by seed across parts, MIDAS -> COGS gets a paired interval
+from three stacking seeds, and the training commands default to the reproduction's one thread. Nothing is trained."""
+from pathlib import Path
+from unittest import mock
+
+import numpy as np
+import pandas as pd
+import papermill
+import pytest
+
+from depthnb.claims import claim_depth_generalizes, claim_midas_cogs, pool_parts
+from depthnb.commands import threads_for
+from depthnb.config import Preset
+from depthnb.presets import PRESETS, load_preset, preset_depths, preset_stack_seeds, repo_root
+from depthnb.reproduce import experiment_order, reproduce
+from depthnb.train import WORKER_ENV
+
+PARTS = PRESETS["cpu"].parts
+BUDGET_MINUTES = 120  # each part on a fresh clone, install included (issue 32)
+
+
+def test_parts_resolve():
+    cpu = load_preset("cpu")
+    assert PARTS == ("cpu-petty-a", "cpu-petty-b", "cpu-midas") and cpu.experiments == ("report",)
+    for name in PARTS:
+        part = load_preset(name)
+        assert not part.parts and experiment_order(part.experiments)  # valid experiment names, runnable alone
+        assert (part.pretrain, part.finetune, part.size_classes, part.task_steps) == \
+               (cpu.pretrain, cpu.finetune, cpu.size_classes, cpu.task_steps)  # one CPU_BASE: nothing repeated
+    a, b = load_preset("cpu-petty-a"), load_preset("cpu-petty-b")
+    assert not set(a.seeds) & set(b.seeds) and sorted(a.seeds + b.seeds) == list(cpu.seeds) == list(range(10))
+    assert preset_depths(a) == preset_depths(b) == (1, 3, 6) and a.control_task == "passivization"
+    assert a.pretrain.n_snapshots == a.finetune.n_snapshots == 24
+    assert preset_stack_seeds("cpu-midas") == tuple(range(8)) and "midas_cogs" in load_preset("cpu-midas").experiments
+
+
+def allocation_minutes(part: Preset) -> int:
+    "The sizing study's estimate (figures/cpu/sizing_allocation.csv) for the allocation a part runs."
+    table = pd.read_csv(repo_root() / "figures" / "cpu" / "sizing_allocation.csv", keep_default_na=False)
+    if part.stack_seeds:
+        key = dict(part="midas", models="baseline midas", tasks=" ".join(part.tasks), control="",
+                   seeds=len(part.stack_seeds))
+    else:
+        key = dict(part="petty", models=" ".join(map(str, preset_depths(part))), tasks=" ".join(part.tasks),
+                   control=part.control_task, seeds=len(part.seeds))
+    row = table[np.logical_and.reduce([table[k].astype(str) == str(v) for k, v in key.items()])]
+    assert len(row) == 1, f"no sizing_allocation row for {part.name}: {key}"
+    return int(row.minutes.iloc[0])
+
+
+@pytest.mark.parametrize("name", PARTS)
+def test_each_part_fits_two_hours(name):
+    assert allocation_minutes(load_preset(name)) <= BUDGET_MINUTES
+
+
+# --- reproduce: parts first, each once, then the report over the pooled tables ------------------------------------
+
+def fake_execute(calls):
+    "papermill's stand-in: each notebook writes a per-seed Fig. 4 table of its preset (deeper: +20 points)."
+    def execute(source, target, parameters, **kw):
+        calls.append((parameters["preset"], Path(source).stem))
+        p = load_preset(parameters["preset"])
+        folder = Path(parameters["figures_dir"]) / p.name
+        folder.mkdir(parents=True, exist_ok=True)
+        if not p.parts:
+            rng = np.random.default_rng(p.seeds[0])
+            rows = [dict(size_class="c", task="geoquery", seed=s, n_layers=d, accuracy=0.3 + 0.2 * (d == 6)
+                         + rng.normal(0, 0.02)) for s in p.seeds for d in (1, 3, 6)]
+            pd.DataFrame(rows).to_csv(folder / "finetune_accuracy.csv", index=False)
+            (folder / "petty_fig4_generalization.txt").write_text(f"Fig. 4 of {p.name}")
+        Path(target).write_text("{}")
+    return execute
+
+
+TOY = {"toy-a": Preset("toy-a", "", "", seeds=(0, 1, 2), experiments=("petty_shapes",)),
+       "toy-b": Preset("toy-b", "", "", seeds=(3, 4), experiments=("petty_shapes",)),
+       "toy": Preset("toy", "", "", parts=("toy-a", "toy-b"), experiments=("report",))}
+
+
+def test_reproduce_runs_parts_once_then_pools(tmp_path):
+    calls, dirs = [], dict(runs_dir=tmp_path / "runs", figures_dir=tmp_path / "figures", log=lambda *a: None)
+    with mock.patch.dict(PRESETS, TOY), mock.patch.object(papermill, "execute_notebook", fake_execute(calls)):
+        reproduce("toy-a", **dirs)  # one part alone, in its own sitting
+        assert calls == [("toy-a", "petty_shapes")]
+        reproduce("toy", **dirs)
+        assert calls[1:] == [("toy-b", "petty_shapes"), ("toy", "report")]  # part a was done: skipped
+        calls.clear()
+        reproduce("toy", **dirs)
+        assert calls == []
+    assert (tmp_path / "runs" / "toy-a" / "notebooks" / "petty_shapes.done.json").exists()
+    pooled = pd.read_csv(tmp_path / "figures" / "toy" / "finetune_accuracy.csv")
+    assert sorted(set(pooled.seed)) == [0, 1, 2, 3, 4] and set(pooled.part) == {"toy-a", "toy-b"}
+    manifest = pd.read_csv(tmp_path / "figures" / "toy" / "pooled_parts.csv")
+    assert manifest.set_index("file").source["finetune_accuracy.csv"] == "pooled: toy-a, toy-b"
+    caption = (tmp_path / "figures" / "toy" / "petty_fig4_generalization.txt").read_text()
+    assert caption.startswith("[From part toy-a only") and caption.endswith("Fig. 4 of toy-a")
+
+
+def test_pool_parts_pairs_by_seed(tmp_path):
+    rng = np.random.default_rng(0)
+    for part, seeds in (("a", range(5)), ("b", range(5, 10))):
+        (tmp_path / part).mkdir()
+        rows = []
+        for s in seeds:  # a seed effect shared by its depths: pairing within seed removes it
+            base = rng.normal(0.4, 0.15)
+            rows += [dict(size_class="cpu", task="geoquery", seed=s, n_layers=d, accuracy=base + 0.1 * (d == 6)
+                          + rng.normal(0, 0.01)) for d in (1, 3, 6)]
+        pd.DataFrame(rows).to_csv(tmp_path / part / "finetune_accuracy.csv", index=False)
+    pool_parts({"a": tmp_path / "a", "b": tmp_path / "b"}, tmp_path / "cpu")
+    evidence, verdict = claim_depth_generalizes(pd.read_csv(tmp_path / "cpu" / "finetune_accuracy.csv"))
+    assert verdict == "holds" and "over 10 seeds" in evidence, evidence
+    pd.read_csv(tmp_path / "a" / "finetune_accuracy.csv").to_csv(tmp_path / "b" / "finetune_accuracy.csv", index=False)
+    with pytest.raises(ValueError, match="has seed 0 in parts 'a' and 'b'"):
+        pool_parts({"a": tmp_path / "a", "b": tmp_path / "b"}, tmp_path / "cpu")
+
+
+def test_midas_cogs_claim_over_stacking_seeds():
+    rows = [dict(task="COGS-vf", method=m, seed=s, accuracy=acc)
+            for s, (base, midas) in enumerate([(2.0, 11.0), (5.0, 13.5), (1.0, 12.0)])
+            for m, acc in (("baseline", base), ("midas", midas))]
+    evidence, verdict = claim_midas_cogs(pd.DataFrame(rows))
+    assert verdict == "holds" and "95% interval" in evidence and "over 3 seeds" in evidence, evidence
+    one = pd.DataFrame(rows[:2])
+    assert claim_midas_cogs(one)[1] == "not testable"
+
+
+def test_threads_default_matches_the_workers():
+    assert all(threads_for(load_preset(n)) == 1 for n in PARTS)  # two workers of one thread each
+    assert threads_for(load_preset("small")) is None and threads_for(load_preset("cpu"), 2) == 2
+    assert WORKER_ENV == {"MALLOC_MMAP_THRESHOLD_": "33554432", "MALLOC_TRIM_THRESHOLD_": "268435456"}
