@@ -17,7 +17,7 @@ from .runs import atomic_write_text, run_lock
 
 # %% auto #0
 __all__ = ['EXPERIMENTS', 'KERNEL_QUIET', 'Experiment', 'experiments_dir', 'experiment_order', 'done_marker', 'ExperimentFailed',
-           'reproduce', 'finished_markers', 'reproduce_parts']
+           'reproduce', 'finished_markers', 'figures_digest', 'reproduce_parts']
 
 # %% ../nbs/10a_reproduce.ipynb #48448652
 @dataclass(frozen=True)
@@ -90,8 +90,8 @@ class ExperimentFailed(RuntimeError):
 def reproduce(preset: str = "tiny", only: list[str] | None = None, seeds: int | None = None,
               overrides: dict | None = None, runs_dir: str | Path | None = None,
               figures_dir: str | Path | None = None, log=print) -> list[Path]:
-    """Run the experiment notebooks of `preset` in order with papermill (its parts first, unless `only` names
-    experiments); returns the executed notebooks."""
+    """Run the experiment notebooks of `preset` in order with papermill (its parts first; when `only` names
+    the preset's own experiments, the parts' figures are pooled as they are); returns the executed notebooks."""
     import papermill as pm
     from papermill.exceptions import PapermillExecutionError
 
@@ -99,7 +99,8 @@ def reproduce(preset: str = "tiny", only: list[str] | None = None, seeds: int | 
     sources = experiments_dir()
     runs = Path(runs_dir or repo_root() / p.runs_dir) / p.name
     figures = Path(figures_dir or repo_root() / p.figures_dir)
-    parts = {} if only else reproduce_parts(p, seeds, overrides, runs.parent, figures, log)
+    pooling = not only or set(only) & set(p.experiments)  # the preset's own experiments read the pooled parts
+    parts = reproduce_parts(p, seeds, overrides, runs.parent, figures, log, run=not only) if pooling else {}
     out_dir = runs / "notebooks"
     out_dir.mkdir(parents=True, exist_ok=True)
     parameters = dict(preset=preset, overrides=overrides or {}, seeds=seeds, runs_dir=str(runs.parent),
@@ -142,15 +143,30 @@ def finished_markers(runs: Path) -> dict[str, dict]:
             for p in sorted((runs / "notebooks").glob("*.done.json"))}
 
 
-def reproduce_parts(p, seeds: int | None, overrides: dict | None, runs_root: Path, figures: Path, log=print) -> dict:
+def figures_digest(folder: Path) -> str:
+    "A digest of a figures folder's tables and captions: what pooling reads."
+    h = hashlib.sha256()
+    for f in sorted(folder.glob("*")):
+        if f.suffix in (".csv", ".md", ".txt"):
+            h.update(f.name.encode() + f.read_bytes())
+    return h.hexdigest()
+
+
+def reproduce_parts(p, seeds: int | None, overrides: dict | None, runs_root: Path, figures: Path, log=print,
+                    run: bool = True) -> dict:
     """Reproduce each of `p.parts` (a finished part is skipped) and pool their figures into `figures/<p.name>/`;
-    returns the parts' markers (what the preset's own experiments depend on)."""
+    returns the parts' markers (what the preset's own experiments depend on). `run=False` pools the parts'
+    figures as they are, for parts run in earlier sittings whose runs are gone (their figures committed)."""
     if not p.parts:
         return {}
-    for part in p.parts:
-        log(f"== part {part} of {p.name} ==")
-        reproduce(part, seeds=seeds, overrides=overrides, runs_dir=runs_root, figures_dir=figures, log=log)
-    markers = {f"part {part}": finished_markers(runs_root / part) for part in p.parts}
+    if run:
+        for part in p.parts:
+            log(f"== part {part} of {p.name} ==")
+            reproduce(part, seeds=seeds, overrides=overrides, runs_dir=runs_root, figures_dir=figures, log=log)
+        markers = {f"part {part}": finished_markers(runs_root / part) for part in p.parts}
+    else:
+        markers = {f"part {part}": {"figures": figures_digest(figures / part)} for part in p.parts
+                   if (figures / part).is_dir()}
     record = runs_root / p.name / "pooled.json"
     if record.exists() and json.loads(record.read_text()) == markers and (figures / p.name / "pooled_parts.csv").exists():
         log(f"pooled already: {figures / p.name}")

@@ -1,6 +1,7 @@
 """The `cpu` preset in parts (issue 32): the parts resolve and fit the sizing study's 2-hour budget, `reproduce` runs
 each part once and pools them, `claims.pool_parts` pairs by seed across parts, MIDAS -> COGS gets a paired interval
 from three stacking seeds, and the training commands default to the reproduction's one thread. Nothing is trained."""
+import shutil
 from pathlib import Path
 from unittest import mock
 
@@ -95,6 +96,24 @@ def test_reproduce_runs_parts_once_then_pools(tmp_path):
     assert manifest.set_index("file").source["finetune_accuracy.csv"] == "pooled: toy-a, toy-b"
     caption = (tmp_path / "figures" / "toy" / "petty_fig4_generalization.txt").read_text()
     assert caption.startswith("[From part toy-a only") and caption.endswith("Fig. 4 of toy-a")
+
+
+def test_only_report_pools_the_parts_figures_as_committed(tmp_path):
+    "Parts run in earlier sittings leave only their figures: `--only report` pools those and runs the report."
+    calls, dirs = [], dict(runs_dir=tmp_path / "runs", figures_dir=tmp_path / "figures", log=lambda *a: None)
+    with mock.patch.dict(PRESETS, TOY), mock.patch.object(papermill, "execute_notebook", fake_execute(calls)):
+        reproduce("toy-a", **dirs)
+        with pytest.raises(FileNotFoundError, match="toy-b"):  # a part not run yet is named
+            reproduce("toy", only=["report"], **dirs)
+        reproduce("toy-b", **dirs)
+        shutil.rmtree(tmp_path / "runs")  # a later sitting: the runs are gone, the figures committed
+        calls.clear()
+        reproduce("toy", only=["report"], **dirs)
+        assert calls == [("toy", "report")]
+        reproduce("toy", only=["report"], **dirs)
+        assert calls == [("toy", "report")]  # same figures: done already
+    pooled = pd.read_csv(tmp_path / "figures" / "toy" / "finetune_accuracy.csv")
+    assert sorted(set(pooled.seed)) == [0, 1, 2, 3, 4]
 
 
 def test_pool_parts_pairs_by_seed(tmp_path):
