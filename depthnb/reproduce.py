@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .claims import pool_parts
+from .seeds import pool_parts
 from .presets import load_preset, repo_root
 from .runs import atomic_write_text, run_lock
 

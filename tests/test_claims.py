@@ -1,4 +1,4 @@
-"""Every verdict rule of depthnb.claims against its null: on data with no effect (depth labels shuffled within a
+"""Every verdict rule of depthnb.claims_petty and depthnb.claims_midas against its null: on data with no effect (depth labels shuffled within a
 seed, identical across depths, at the floor, the statistic at initialization) it must not say "holds" more often
 than the nominal 5%; on a clear effect it must say "holds"; where the interval excludes the paper's effect size,
 "does not hold"."""
@@ -7,11 +7,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from depthnb.claims import (FLOOR, Interval, claim_depth_generalizes, claim_depth_lowers_ppl, claim_diminishing_returns,
-                            claim_equal_loss, claim_equal_ppl, claim_latency_linear, claim_lexical_not_structural,
-                            claim_midas_beats_gradstack, claim_midas_cogs, claim_midas_loss_near_baseline,
-                            claim_narrow_degrades, claim_rank_deficient, claim_saturation, claim_structural_near_zero,
-                            half_width, interval_verdict, seeds_for_half_width, shuffle_within_seed, t_interval)
+from depthnb.claims_midas import claim_midas_beats_gradstack, claim_midas_cogs, claim_midas_loss_near_baseline
+from depthnb.claims_petty import (claim_depth_generalizes, claim_depth_lowers_ppl, claim_diminishing_returns, claim_equal_loss,
+                                  claim_equal_ppl, claim_latency_linear, claim_lexical_not_structural, claim_narrow_degrades,
+                                  claim_rank_deficient, claim_saturation, claim_structural_near_zero)
+from depthnb.seeds import (FLOOR, Interval, half_width, interval_verdict, seeds_for_half_width, shuffle_within_seed,
+                           t_interval)
 
 DEPTHS = (1, 2, 3, 4, 6)
 DRAWS = 300
