@@ -112,6 +112,7 @@ class PretrainConfig:
     tf32: bool = True
     parallel: str = "ddp"  # "ddp": weights replicated per process; "fsdp": weights, optimizer state, checkpoints sharded
     objective: str = "clm"  # "clm": causal LM; "ul2": UL2's mixture of denoisers (Saunshi et al. App. A; depthnb.ul2)
+    activation_checkpointing: bool = False  # keep only layer inputs, recompute the rest in backward (`depthnb plan`'s +ckpt)
 
     def __post_init__(self):
         check_choice("PretrainConfig.optimizer", self.optimizer, ("adamw", "adafactor"))

@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from fastcore.basics import patch
 from tqdm.auto import tqdm
 from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex_attention
+from torch.utils.checkpoint import checkpoint
 
 from .config import ModelConfig
 
@@ -250,6 +251,7 @@ class DecoderLM(nn.Module):
             self.layers = nn.ModuleList([Layer(cfg) for _ in range(cfg.n_layers)])
         self.norm = nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)
         self.lm_head = nn.Linear(cfg.d_model, cfg.n_vocab, bias=False)
+        self.checkpoint_layers = False  # set by the trainer (PretrainConfig.activation_checkpointing)
         self.apply(self._init_weights)
 
     def _init_weights(self, module):
@@ -389,7 +391,10 @@ def forward(self: DecoderLM, idx: torch.Tensor, targets: torch.Tensor | None = N
         if cache is not None and start == 0:
             cache_masks(self, cache, attention_mask, x.dtype)
     for i, layer in enumerate(self.layers):
-        x = layer(x, mask, q_pos, cache, i)
+        if self.checkpoint_layers and torch.is_grad_enabled() and cache is None:  # recomputed in backward
+            x = checkpoint(layer, x, mask, q_pos, None, i, use_reentrant=False)
+        else:
+            x = layer(x, mask, q_pos, cache, i)
     if cache is not None:
         cache.length += t
     logits = self.lm_head(self.norm(x))

@@ -299,7 +299,8 @@ def format_plan(preset: Preset | str, gpus: int = 8, gpu: str = "h100", mfu: flo
            mfu_line,
            "memory per GPU: fp32 weights and gradients, optimizer state (AdamW: 2 moments; AdaFactor: factored "
            "second moments), bf16 autocast copies (DDP) or FSDP2's gathered units, activations of one micro-batch "
-           "(+ckpt: per-layer activation checkpointing); DDP: every GPU holds everything, FSDP: sharded over all GPUs",
+           "(+ckpt: per-layer activation checkpointing, --set pretrain.activation_checkpointing=true); DDP: every GPU "
+           "holds everything, FSDP: sharded over all GPUs",
            ""]
     shown = t.assign(params=t.params.map(_si), tokens=t.tokens.map(_si), train_flops=t.train_flops.map(lambda x: f"{x:.3g}"),
                      gpu_hours=t.gpu_hours.map(lambda x: f"{x:,.0f}"))

@@ -322,8 +322,10 @@ def _pretrain(config: PretrainConfig, run_dir: Path, info: DistInfo, init_model,
     if data is None:
         data = prepare_pretraining(config.data, config.model.n_ctx, progress=progress and info.main, log=say)
     hooks = pretrain_hooks(config, data, device, precision, info)
+    model = _initial_model(config, init_model).train()
+    model.checkpoint_layers = config.activation_checkpointing
     model, optimizer = prepare_training(
-        _initial_model(config, init_model).train(),
+        model,
         lambda m: make_optimizer(m, config.optimizer, config.lr, config.weight_decay, (config.beta1, config.beta2),
                                  fused=config.fused_optimizer),
         init_optimizer_state, config.parallel, device, config.bf16)

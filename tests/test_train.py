@@ -158,3 +158,11 @@ def test_stages_continue_one_schedule(reference, data, tmp_path):
     with pytest.raises(ValueError, match="init_model's config differs"):
         pretrain(small_config(), tmp_path / "stage3", init_model=DecoderLM(small_config(**{"model.n_layers": 3}).model),
                  start_step=20, data=data, progress=False)
+
+
+def test_activation_checkpointing_trains_the_same_model(reference, data, tmp_path):
+    "Recomputing each layer in backward changes memory, not the arithmetic: the same losses and weights."
+    run = tmp_path / "ac"
+    pretrain(small_config(activation_checkpointing=True), run, data=data, progress=False)
+    assert read_metrics(run, "train").loss.tolist() == read_metrics(reference, "train").loss.tolist()
+    assert_same_weights(load_model(run), load_model(reference))
