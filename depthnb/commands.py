@@ -104,7 +104,7 @@ def threads_for(preset: Preset, threads: int | None = None) -> int | None:
 
 def use_threads(args) -> None:
     "Set torch's thread count from parsed `--threads` (and the preset's workers)."
-    import torch
+    import torch  # here, not at the top: the command-line plumbing loads without torch for commands that never train
 
     n = threads_for(preset_from_args(args), args.threads)
     if n is not None:
@@ -167,11 +167,11 @@ def run_each(runs: list[tuple], train: Callable, *, finished: Callable[[Path], b
     for run in runs if check else ():
         check(*run)
     for run in runs:
-        if finished(run[0]):
-            main and print(f"{run[0]}: {note}")
-        else:
+        done = finished(run[0])
+        if not done:
             train(*run)
-            main and print(f"{run[0]}: done")
-        if report and main:
-            report(*run)
+        if main:
+            print(f"{run[0]}: {note if done else 'done'}")
+            if report:
+                report(*run)
     return 0
