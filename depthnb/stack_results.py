@@ -23,6 +23,7 @@ from .runs import (atomic_write, is_done, load_model, read_config, read_metrics,
                           stack_finetune_run_dir, stack_run_dir)
 from .stacking import measured_speedup, read_stack_run
 from .train import run_parallel
+from .seeds import combine
 
 # %% auto #0
 __all__ = ['TABLE1_PAPER', 'GROUP_TITLES', 'TABLE2_PAPER', 'TABLE2_COLUMNS', 'TABLE3_PAPER', 'TABLE4_PAPER', 'TABLE5_PAPER',
@@ -429,17 +430,6 @@ def downstream_isoplot_table(runs: dict[str, Path], tasks, split: str = "enwiki_
     return isoplot_frame(acc, metrics, split, run_keys=("method",))
 
 # %% ../nbs/06c_stack_results.ipynb #b572a7c2
-_UNTESTED = ("not testable", "not reproducible here")
-
-
-def _combine_verdicts(verdicts: list[str]) -> str:
-    "One verdict over several groups or settings (as the report's `combine`)."
-    tested = [v for v in verdicts if v not in _UNTESTED]
-    if not tested:
-        return "not reproducible here" if verdicts and set(verdicts) == {"not reproducible here"} else "not testable"
-    return tested[0] if len(set(tested)) == 1 else "mixed"
-
-
 def missing_tasks(rows: pd.DataFrame) -> str:
     "Which tasks of `downstream_results` rows could not be scored here and why, a reason shared by several tasks said once."
     why: dict[str, list[str]] = {}
@@ -567,7 +557,7 @@ def _claim_isoplots(results: pd.DataFrame, iso: pd.DataFrame | None) -> tuple[st
                      f"({len(mid)} MIDAS snapshots)")
         if group != "closed_book_qa":  # the claim is about the reasoning groups; closed-book QA is shown beside
             verdicts.append("holds" if gap > 0 else "does not hold")
-    return "; ".join(parts) + f". {paper}", _combine_verdicts(verdicts)
+    return "; ".join(parts) + f". {paper}", combine(verdicts)
 
 
 def _claim_tydiqa_context(results: pd.DataFrame, iso: pd.DataFrame | None = None) -> tuple[str, str]:
@@ -611,7 +601,7 @@ def _claim_calculator(results: pd.DataFrame, iso: pd.DataFrame | None = None) ->
         diff, half = m1 - m0, 1.96 * float(np.hypot(s1, s0))
         parts.append(f"{method} {GROUP_TITLES[group]} {100 * m0:.1f}% -> {100 * m1:.1f}% ({100 * diff:+.1f} points)")
         verdicts.append(_ahead(diff, half))
-    return "; ".join(parts) + f". {paper_text}.", _combine_verdicts(verdicts)
+    return "; ".join(parts) + f". {paper_text}.", combine(verdicts)
 
 
 def _claim_gsm8k_finetuned(results: pd.DataFrame, iso: pd.DataFrame | None = None) -> tuple[str, str]:
@@ -634,7 +624,7 @@ def _claim_gsm8k_finetuned(results: pd.DataFrame, iso: pd.DataFrame | None = Non
         diff, half, text = _gap(g)
         parts.append(f"{'with' if calc else 'without'} calculator: {text}")
         verdicts.append(_ahead(diff, half))
-    return "; ".join(parts) + f". {paper_text}.", _combine_verdicts(verdicts)
+    return "; ".join(parts) + f". {paper_text}.", combine(verdicts)
 
 
 DOWNSTREAM_CLAIMS = [  # (where, claim, check(results, iso) -> (evidence, verdict))
