@@ -280,8 +280,8 @@ PRESETS["cpu-midas"] = replace(
     CPU_BASE, name="cpu-midas", tasks=("cogs_vf",), stack_seeds=tuple(range(8)),
     experiments=("petty_data", "midas_stacking", "midas_primitives", "midas_cogs", "midas_downstream"),
     description="Part MIDAS of cpu: the stacking study's baseline and MIDAS with stacking seeds 0-7, fine-tuned on "
-                "COGS-vf (about 85 minutes); on seed 0 also GradStack, progressive and looped stacking, the layer "
-                "similarity, the reasoning primitives and the downstream tasks (21 more, measured).")
+                "COGS-vf; on seed 0 also GradStack, progressive and looped stacking, the layer similarity, the "
+                "reasoning primitives and the downstream tasks (97 minutes on a fresh clone, install included).")
 
 # %% ../nbs/00a_presets.ipynb #4184010f
 def load_preset(name: str = "tiny", **overrides) -> Preset:

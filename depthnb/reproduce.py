@@ -132,8 +132,9 @@ def reproduce(preset: str = "tiny", only: list[str] | None = None, seeds: int | 
             executed.append(target)
             log(f"[{i}/{len(todo)}] {exp.name}: finished in {time.time() - t0:.0f} s "
                 f"({time.time() - t_all:.0f} s in all)")
+    report = figures / p.name / "REPORT.md"  # a part has none: the preset it belongs to pools it
     log(f"{len(todo)} experiments of preset {p.name!r} done in {time.time() - t_all:.0f} s; "
-        f"figures in {figures / p.name}, runs in {runs}, report in {figures / p.name / 'REPORT.md'}")
+        f"figures in {figures / p.name}, runs in {runs}" + (f", report in {report}" if report.exists() else ""))
     return executed
 
 # %% ../nbs/10a_reproduce.ipynb #51719d36
