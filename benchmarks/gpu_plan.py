@@ -254,13 +254,18 @@ NOT_NEEDED = {"ipywidgets", "widgetsnbextension", "jupyterlab-widgets"}  # noteb
 
 
 def download_wheels(names: list[str], dest: Path) -> None:
-    "cp312 manylinux wheels (or pure-Python ones) of `names` into `dest`, as the device README says."
+    """cp312 manylinux wheels (or pure-Python ones) of `names` into `dest`, as the device README says; a name with no
+    wheel on the index (an sdist only) is built into one here."""
     dest.mkdir(parents=True, exist_ok=True)
     plats = [f"--platform={p}" for p in ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64",
                                          "manylinux2014_x86_64", "manylinux1_x86_64")]
     cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:", "--python-version=3.12",
-           "--implementation=cp", *plats, "-d", str(dest), *names]
-    subprocess.run(cmd, check=True)
+           "--implementation=cp", *plats, "-d", str(dest)]
+    if subprocess.run([*cmd, *names]).returncode == 0:
+        return
+    for name in names:  # one has no wheel on the index (rouge_score is an sdist): build that one here
+        if subprocess.run([*cmd, name], capture_output=True).returncode != 0:
+            subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dest), name], check=True)
 
 
 def cache_files(preset) -> list[Path]:
