@@ -422,35 +422,36 @@ def read_eval(runs: pd.DataFrame, split: str, by: str | None = None, snapshots: 
     return pd.DataFrame(rows)
 
 # %% ../nbs/08_analysis.ipynb #7c9a0f1d
-def common_loss_threshold(loss: pd.DataFrame, accuracy: pd.DataFrame, run_keys: Sequence[str] = ("n_layers", "seed"),
+def common_loss_threshold(loss: pd.DataFrame, candidates: pd.DataFrame, run_keys: Sequence[str] = ("n_layers", "seed"),
                           paper_value: float = 2e-4, value: str = "loss") -> tuple[float, str]:
-    "The paper's threshold if every run reaches it at a step with an accuracy, else the lowest loss all runs reach."
-    joined = loss.merge(accuracy[[*run_keys, "step"]].drop_duplicates(), on=[*run_keys, "step"])
+    "The paper's threshold if every run reaches it at a candidate step (a snapshot), else the lowest loss all runs reach."
+    joined = loss.merge(candidates[[*run_keys, "step"]].drop_duplicates(), on=[*run_keys, "step"])
     per_run = joined.groupby(list(run_keys))[value].min()
     n_runs = loss.groupby(list(run_keys)).ngroups
     if len(per_run) < n_runs:
         raise ValueError(f"common_loss_threshold: {n_runs - len(per_run)} run(s) have no in-distribution loss "
-                         "at any step where accuracy was measured")
+                         "at any candidate step")
     if (per_run <= paper_value).all():
         return paper_value, f"the paper's value {paper_value:g} (every run reaches it)"
     worst = {k: getattr(v, "item", lambda: v)() for k, v in zip(run_keys, np.atleast_1d(per_run.idxmax()))}
-    return float(per_run.max()), (f"{per_run.max():.4g}: the lowest loss every run reaches at a scored step "
+    return float(per_run.max()), (f"{per_run.max():.4g}: the lowest loss every run reaches at a snapshot "
                                   f"(the paper's {paper_value:g} is not reached; limiting run {worst})")
 
 
-def equal_loss_selection(loss: pd.DataFrame, accuracy: pd.DataFrame, threshold: float,
+def equal_loss_selection(loss: pd.DataFrame, candidates: pd.DataFrame, threshold: float,
                          run_keys: Sequence[str] = ("n_layers", "seed"), value: str = "loss",
                          how: str = "exact") -> pd.DataFrame:
-    "Per run: the first step with a measured accuracy whose in-distribution loss is <= threshold, and that accuracy."
+    """Per run: the first candidate step (a snapshot) whose in-distribution loss is <= threshold, and its accuracy
+    where `candidates` has an `accuracy` column (NaN otherwise: not scored)."""
     rows = []
     for key, run in _run_groups(loss, run_keys):
         key = dict(zip(run_keys, key if isinstance(key, tuple) else (key,)))
-        acc = accuracy.merge(pd.DataFrame([key]), on=list(run_keys))
+        acc = candidates.merge(pd.DataFrame([key]), on=list(run_keys))
         cand = acc[["step"]].drop_duplicates().assign(path=None)
         res = select_first_reaching(run, cand, threshold, value, "first", how)
         hit = acc[acc.step == res["step"]]
         rows.append(dict(**key, threshold=threshold, **res,
-                         accuracy=hit.accuracy.mean() if len(hit) else np.nan))
+                         accuracy=hit.accuracy.mean() if len(hit) and "accuracy" in hit else np.nan))
     return pd.DataFrame(rows).drop(columns=["path"])
 
 # %% ../nbs/08_analysis.ipynb #af3179ab
