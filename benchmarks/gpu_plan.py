@@ -472,7 +472,7 @@ def run_calls() -> str:
         f"second if the first reply's lease.budget_left_s is at least {least}; then give_back:",
         f'  run(command="{command} {CALL_BUDGET}", carry=["{PLAN_DIR}"], timeout_s={CALL_SECONDS})',
         f'  run(command="{command} <budget_left_s - {SECOND_CALL_MARGIN}>", carry=["{PLAN_DIR}"], '
-        'timeout_s=<budget_left_s - 20>)',
+        f'timeout_s={CALL_SECONDS})',
         "  give_back()"])
 
 
