@@ -66,7 +66,7 @@ from depthnb.commands import CommandParser, UsageError, preset_from_args  # noqa
 from depthnb.config import STACK_METHODS, STACK_RUNS  # noqa: E402
 from depthnb.presets import load_preset, preset_depths, preset_size_class, resolve_size_class  # noqa: E402
 from depthnb.data import meta_path, prepare_pretraining  # noqa: E402
-from depthnb.sources import cache_dir, data_path, registry  # noqa: E402
+from depthnb.sources import cache_dir, data_path, default_mirror, registry  # noqa: E402
 from depthnb.schedules import speedup, stack_config  # noqa: E402
 from depthnb.solver import flops_per_token, model_config  # noqa: E402
 
@@ -864,9 +864,12 @@ def cmd_rehearse(args) -> int:
     env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"),
                PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))  # python3: ours
     env.pop(MARKER, None)
+    here = dict(DEPTHNB_CACHE_DIR=str(cache_dir()))  # this checkout's cache and mirror (the copy has no ../shared)
+    if os.environ.get("DEPTHNB_DATA_MIRROR") is None and default_mirror() is not None:
+        here["DEPTHNB_DATA_MIRROR"] = str(default_mirror())
     subprocess.run([*py, "prepare", "--preset", "gpu", *sets, "--no-wheels", "--xz", "0",
                     "--bench-flags", json.dumps(REHEARSAL_BENCH_FLAGS), "--dest", str(tree / PLAN_DIR)],
-                   check=True, env=dict(env, DEPTHNB_CACHE_DIR=str(cache_dir())), cwd=tree)  # this checkout's cache
+                   check=True, env=dict(env, **here), cwd=tree)
     # As on the device: fastcore is missing but for the carried wheel, installed by the device command itself.
     wheel_from_installed("fastcore", tree / PLAN_DIR / "whl")
     image = image_without(["fastcore"], tree / SITE_DIR, work / "image")
