@@ -1,15 +1,15 @@
 #!/usr/bin/env python3
-"""The GPU plan of issue 17: benchmarks and the `gpu` preset's science in one 30-minute device window.
+"""The GPU plan of issue 17: benchmarks and the `gpu` preset's science in 15-minute device windows.
 
-    python3 benchmarks/gpu_plan.py budget                 # the per-stage budget table (no torch needed)
-    python3 benchmarks/gpu_plan.py prepare [--set K=V]    # CPU: data + wheels + plan.json into .gpu/ (carried)
+    python3 benchmarks/gpu_plan.py budget                 # the per-stage budget table and what each window runs
+    python3 benchmarks/gpu_plan.py prepare [--stages S]   # CPU: data + wheels + plan.json into .gpu/ (carried)
     python3 benchmarks/gpu_plan.py device --budget 540    # on the device: stages back to back, results to $OUT
     python3 benchmarks/gpu_plan.py assemble DIR [DIR...]  # CPU: returned $OUT folders -> figures/<preset>/, RESULTS.md
     python3 benchmarks/gpu_plan.py rehearse               # CPU: the whole plan at shrunk shapes, two calls, a cut
 
 Every stage runs as a subprocess under a deadline; stages are resumable (bench stages are short and start only
 when they fit; science stages resume from their checkpoints), so the device command can be repeated call after
-call until every stage is done. benchmarks/README.md ("The GPU plan") explains the order and the budget.
+call while the machine is warm. benchmarks/README.md ("The GPU plan") explains the order and the budget.
 """
 from __future__ import annotations
 
@@ -25,34 +25,63 @@ import sys
 import tarfile
 import tempfile
 import time
+import zipfile
 from dataclasses import dataclass, replace
 from importlib import metadata
-
-from packaging.requirements import Requirement
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+PLAN_DIR = ".gpu"  # carried folder (git-ignored): plan.json, data.tar.xz, whl/
+STATE_DIR = Path("runs") / "gpu-plan"  # on the device: state, logs, figures, bench outputs (ignored: kept warm)
+SITE_DIR = STATE_DIR / "site"  # on the device: the carried wheels, installed once per machine
+
+
+def use_carried_wheels(root: Path = ROOT) -> Path | None:
+    """Install the wheels carried in .gpu/whl (what depthnb needs that the GPU image lacks: fastcore, papermill, ...)
+    into runs/gpu-plan/site, once per machine, and put that folder first on sys.path and on PYTHONPATH, which every
+    stage inherits. Returns the folder, or None where no wheels were carried."""
+    wheels = sorted((root / PLAN_DIR / "whl").glob("*.whl"))
+    if not wheels:
+        return None
+    site = root / SITE_DIR
+    stamp, names = site / ".wheels", "\n".join(w.name for w in wheels)
+    if not stamp.exists() or stamp.read_text() != names:
+        shutil.rmtree(site, ignore_errors=True)
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
+                        "--no-cache-dir", "--target", str(site), *map(str, wheels)], check=True)
+        stamp.write_text(names)
+    sys.path.insert(0, str(site))
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))
+    return site
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["device"]:
+    use_carried_wheels()  # before depthnb is imported below: its model module needs fastcore, which the image lacks
+
 sys.path.insert(0, str(ROOT))  # the checkout's depthnb, also where it is not installed (the device)
+
+from packaging.requirements import Requirement  # noqa: E402
 
 from depthnb.commands import CommandParser, UsageError, preset_from_args  # noqa: E402
 from depthnb.config import STACK_METHODS, STACK_RUNS  # noqa: E402
 from depthnb.presets import load_preset, preset_depths, preset_size_class, resolve_size_class  # noqa: E402
 from depthnb.data import meta_path, prepare_pretraining  # noqa: E402
-from depthnb.sources import cache_dir, data_path, registry  # noqa: E402
+from depthnb.sources import cache_dir, data_path, default_mirror, registry  # noqa: E402
 from depthnb.schedules import speedup, stack_config  # noqa: E402
 from depthnb.solver import flops_per_token, model_config  # noqa: E402
 
-# --- the device tool's limits (/work/.library/device/README.md), and what the plan leaves for itself ---
-DEVICE_SECONDS = 30 * 60  # device time of one session, machine start and idle time included
-CALL_SECONDS = 10 * 60  # one command
-START_SECONDS = 120  # a cold machine's start, counted against the session (observed: "a minute or more")
-GAP_SECONDS = 30  # between two calls: the reply, the transfer, the next call (the machine idles, counted)
-CALL_BUDGET = 540  # what one device command gives the stages (60 s of the 600 s left for setup and transfers)
+# --- the device tool's limits (/work/.library/device/README.md, read 2026-11-26), and what the plan leaves for itself ---
+DEVICE_SECONDS = 15 * 60  # device time of one session (a window): the start, the calls and the idle time between
+CALL_SECONDS = 10 * 60  # one command at most (its timeout_s)
+START_SECONDS = 120  # a cold machine's start, counted against the session ("1-2 min"; 2026-11-26: about 60 s)
+CALL_BUDGET = 540  # the window's first call: --budget 540 with timeout_s 600 (the rest: wheel install, transfers)
+SECOND_CALL_MARGIN = 40  # the second call's --budget is budget_left_s less this: the gap, transfers, give_back
+SETUP_SECONDS = 15  # of each call's budget before its first stage: leftovers, data unpack, the environment probe
+RESERVE_SECONDS = 20  # kept at the end of a call to pack $OUT
 CARRY_BYTES = 64 * 2**20  # the working tree plus carried paths
 OUT_FILES, OUT_FILE_BYTES = 8, 16 * 2**20  # files back from $OUT, and each one's size
-RESERVE_SECONDS = 20  # kept at the end of a call to pack $OUT
 MIN_SCIENCE_SECONDS = 60  # a resumable stage is started only with this much time left
-MAX_FAILURES = 2  # a stage that failed this often is not started again
+MAX_FAILURES = 2  # a science stage that failed this often is not started again (a benchmark: once)
 
 PEAK_FLOPS = 989e12  # H100 SXM / H200 dense bf16 (devices.PEAK_FLOPS)
 PRETRAIN_MFU = 0.20  # assumed: eager bf16 at d_model 512 (the trainer's compiled runs may do better)
@@ -68,8 +97,6 @@ DOWNSTREAM_LIMIT = 100  # midas_downstream's examples per task at `gpu` (its AUT
 DOWNSTREAM_PASS_EXAMPLES = 2 * DOWNSTREAM_LIMIT + 2 * 6 * DOWNSTREAM_LIMIT + 2 * DOWNSTREAM_LIMIT
 DOWNSTREAM_NEW_TOKENS = 64  # assumed mean greedy tokens per answer (stop sequences end most answers early)
 
-PLAN_DIR = ".gpu"  # carried folder (git-ignored): plan.json, data.tar.xz, whl/
-STATE_DIR = Path("runs") / "gpu-plan"  # on the device: state, logs, figures, bench outputs (ignored: kept warm)
 MARKER = "DEPTHNB_GPU_PLAN"  # set on every stage process: leftovers of a killed call are found by it
 
 
@@ -81,40 +108,44 @@ class Stage:
     what: str
     bench: str = ""  # gpu.sh stage
     experiments: tuple[str, ...] = ()
-    after: tuple[str, ...] = ()  # stages that must be done first
-    later: bool = False  # added after the one-window plan: runs in the time a window has left, else in the next one
+    after: tuple[str, ...] = ()  # stages that must be done first, on the same machine
 
 
-# Most valuable first: the 134M MFU target and the CUDA tests, then the 41M family's pretraining; the other
-# benchmarks sit between the science stages, so a call's last minutes go to whatever still fits.
+# Most valuable first, and grouped so that what one window (a fresh machine) can finish comes together: the
+# benchmarks and the CUDA tests first (the MFU targets are what only a GPU can show), then the science, the Petty
+# chain (pretrain -> finetune -> controls) before the MIDAS one (stacking -> primitives, downstream).
 STAGES = (
     Stage("bench-134M", "bench", "134M class at its base depth: MFU >= 45%, ratio >= 1.0", bench="134M"),
     Stage("cuda-tests", "bench", "FlexAttention vs SDPA, compiled bf16 training, CLI, FSDP2 bf16 (nccl) on CUDA",
           bench="tests"),
+    Stage("bench-374M", "bench", "374M at the paper's batch: MFU >= 50%, fits 80 GB", bench="374M"),
+    Stage("bench-midas", "bench", "MIDAS wall clock >= 90% of its FLOP speedup, both runs warmed up",
+          bench="midas"),
+    Stage("bench-cogs", "bench", "21,000 COGS gen examples decoded by a 41M model: <= 2 min", bench="cogs"),
     Stage("data", "science", "Table 1-2, Fig. 1, carried tokens and tasks checked",
           experiments=("petty_shapes", "petty_data")),
     Stage("pretrain", "science", "the 41M depth family (Figs. 2-3)", experiments=("petty_pretrain",), after=("data",)),
-    Stage("bench-374M", "bench", "374M at the paper's batch: MFU >= 50%, fits 80 GB", bench="374M"),
     Stage("finetune", "science", "four tasks x seven depths (Figs. 4-5, Table 3)", experiments=("petty_finetune",),
           after=("pretrain",)),
-    Stage("bench-cogs", "bench", "21,000 COGS gen examples decoded by a 41M model: <= 2 min", bench="cogs"),
-    Stage("bench-midas", "bench", "MIDAS wall clock >= 90% of its FLOP speedup, both runs warmed up",
-          bench="midas"),
+    Stage("controls", "science", "equal perplexity, equal loss, rank, latency (Figs. 6-9)",
+          experiments=("petty_equal_ppl", "petty_equal_loss", "petty_rank", "petty_latency"),
+          after=("finetune",)),
     Stage("stacking", "science", "MIDAS, GradStack, baseline, looped (Saunshi Table 1, Figs. 2, 4)",
           experiments=("midas_stacking",), after=("data",)),
     Stage("primitives", "science", "reasoning primitives, MIDAS on COGS (Saunshi Tables 6-7)",
           experiments=("midas_primitives", "midas_cogs"), after=("stacking",)),
-    Stage("controls", "science", "equal perplexity, equal loss, rank, latency (Figs. 6-9)",
-          experiments=("petty_equal_ppl", "petty_equal_loss", "petty_rank", "petty_latency"),
-          after=("finetune",)),
     Stage("downstream", "science", "Saunshi Tables 1-5, Figs. 3-4: the stacking runs on the mirrored downstream tasks",
-          experiments=("midas_downstream",), after=("stacking",), later=True),
+          experiments=("midas_downstream",), after=("stacking",)),
 )
 # REPORT.md and the fidelity summary need no GPU: `assemble` runs the report notebook here on the returned tables.
 STAGE_NAMES = tuple(s.name for s in STAGES)
+STAGE_BY_NAME = {s.name: s for s in STAGES}
 
-# gpu.sh stages: compile-dominated, so estimated from compiles (~45 s per model) plus the timed work.
-BENCH_SECONDS = {"134M": 165, "tests": 90, "374M": 210, "cogs": 120, "midas": 180}
+# gpu.sh stages as measured on an H200 on 2026-11-26 (figures/gpu/gpu_plan/PLAN_STATUS.md), on a cold machine: 134M
+# 87 s with its flex variant failing to compile (a flex that compiles adds its timed rounds), the CUDA tests 92 s
+# (the FSDP test failed early then), 374M 274 s. COGS was cut after 221 s with nothing printed: it decodes with
+# both depthnb and the reference, so 300 s is a lower bound. MIDAS is not measured yet (two compiled stacking runs).
+BENCH_SECONDS = {"134M": 90, "tests": 100, "374M": 275, "cogs": 300, "midas": 180}
 # What the plan adds to gpu.sh's stages on the device: the 134M run without the flex-nobiasgrad diagnostic (one
 # compile less), and only the CUDA tests (the CPU ones ran in CI).
 DEVICE_BENCH_FLAGS = {"134M": ["--attn-impl", "sdpa,flex"], "tests": ["-m", "gpu"]}
@@ -162,35 +193,98 @@ def science_seconds(preset) -> dict[str, float]:
             * math.ceil(DOWNSTREAM_PASS_EXAMPLES / fc.eval_batch_size) * DOWNSTREAM_NEW_TOKENS * DECODE_STEP_SECONDS}
 
 
-def budget_table(preset) -> list[dict]:
-    "One row per stage in plan order: estimated seconds and the running total."
+def stage_seconds(preset) -> dict[str, float]:
+    "Estimated GPU seconds of every stage: the benchmarks as measured, the science from FLOPs."
     science = science_seconds(preset)
-    rows, total = [], 0.0
-    for s in STAGES:
-        sec = BENCH_SECONDS[s.bench] if s.kind == "bench" else science[s.name]
-        total += sec
-        rows.append(dict(stage=s.name, kind=s.kind, seconds=round(sec), total=round(total), what=s.what, later=s.later))
-    return rows
+    return {s.name: BENCH_SECONDS[s.bench] if s.kind == "bench" else science[s.name] for s in STAGES}
 
 
-def window_seconds(calls: int = 3) -> int:
-    "Stage time one window gives: the session's device time less the start, the gaps and each call's setup."
-    return min(calls * CALL_BUDGET, DEVICE_SECONDS - START_SECONDS - calls * GAP_SECONDS
-               - calls * (CALL_SECONDS - CALL_BUDGET) // 2)
+def call_budgets(start: float = START_SECONDS) -> tuple[float, float]:
+    """--budget of a window's two calls: the first right after the machine's start; the second at once on the warm
+    machine (it is given back 30 s after a call) with what is left: budget_left_s less SECOND_CALL_MARGIN."""
+    left_after_first = DEVICE_SECONDS - start - CALL_SECONDS
+    return CALL_BUDGET, left_after_first - SECOND_CALL_MARGIN
+
+
+def window_calls(start: float = START_SECONDS) -> list[float]:
+    "Stage seconds of a window's calls: each budget less the call's setup and the reserve kept to pack $OUT."
+    return [b - SETUP_SECONDS - RESERVE_SECONDS for b in call_budgets(start)]
+
+
+def window_seconds() -> int:
+    "Stage time one window gives, with a slow start."
+    return round(sum(window_calls()))
+
+
+def with_prerequisites(names) -> tuple[str, ...]:
+    "`names` and every stage they need, in plan order: a window is a fresh machine, so what a stage needs runs again."
+    need = set(names)
+    for s in reversed(STAGES):  # a stage's prerequisites come before it
+        if s.name in need:
+            need.update(s.after)
+    return tuple(n for n in STAGE_NAMES if n in need)
+
+
+def schedule_windows(seconds: dict[str, float], calls: list[float] | None = None) -> list[list[list[tuple[str, bool]]]]:
+    """What each window runs, call by call, as (stage, finished) pairs, by the rules of `Call.run`: stages in plan
+    order; a benchmark starts only when its estimate fits the time left, a science stage with MIN_SCIENCE_SECONDS left
+    and, cut at the call's end, resumes in the window's next call. Each window is prepared with the stages the earlier
+    ones did not finish; being a fresh machine, it runs their prerequisites again."""
+    calls = window_calls() if calls is None else calls
+    todo, windows = list(STAGE_NAMES), []
+    while todo:
+        need, done, spent, window = with_prerequisites(todo), set(), {}, []
+        for capacity in calls:
+            left, ran = capacity, []
+            for s in (STAGE_BY_NAME[n] for n in need):
+                if s.name in done or any(a not in done for a in s.after):
+                    continue
+                rest = seconds[s.name] - spent.get(s.name, 0.0)
+                if left < (rest if s.kind == "bench" else MIN_SCIENCE_SECONDS):
+                    continue
+                used = min(rest, left)
+                spent[s.name], left = spent.get(s.name, 0.0) + used, left - used
+                ran.append((s.name, used == rest))
+                if used < rest:
+                    break  # cut: this call's time is spent
+                done.add(s.name)
+            window.append(ran)
+        if not done.intersection(todo):
+            raise ValueError(f"{todo[0]}: does not fit one window ({seconds[todo[0]]:.0f} s; calls {calls})")
+        windows.append(window)
+        todo = [n for n in todo if n not in done]
+    return windows
+
+
+def budget_table(preset) -> list[dict]:
+    "One row per stage in plan order: estimated seconds and the window (1, 2, ...) that first finishes it."
+    seconds = stage_seconds(preset)
+    finished = {}
+    for w, window in enumerate(schedule_windows(seconds), 1):
+        for name, _ in (x for ran in window for x in ran if x[1]):
+            finished.setdefault(name, w)
+    return [dict(stage=s.name, kind=s.kind, seconds=round(seconds[s.name]), window=finished[s.name], what=s.what)
+            for s in STAGES]
 
 
 def format_budget(preset) -> str:
-    rows = budget_table(preset)
-    lines = [f"GPU plan for preset {preset.name!r}: estimated stage seconds (assumed {PRETRAIN_MFU:.0%} MFU pretraining, "
-             f"{FINETUNE_MFU:.0%} fine-tuning, {PEAK_FLOPS / 1e12:.0f} TFLOP/s peak)",
-             "| stage | kind | est. s | cumulative s | what |", "|---|---|---:|---:|---|"]
-    lines += [f"| {r['stage']} | {r['kind']}{' (later)' if r['later'] else ''} | {r['seconds']} | {r['total']} | "
-              f"{r['what']} |" for r in rows]
-    core = max(r["total"] for r in rows if not r["later"])
-    lines.append(f"total {rows[-1]['total']} s of stage time, {core} s before the later stages; one window gives "
-                 f"{window_seconds()} s "
-                 f"(3 calls of at most {CALL_BUDGET} s; {DEVICE_SECONDS} s device time less a {START_SECONDS} s "
-                 f"start and {GAP_SECONDS} s between calls)")
+    rows, seconds = budget_table(preset), stage_seconds(preset)
+    (first, second), calls = call_budgets(), window_calls()
+    lines = [f"GPU plan for preset {preset.name!r}: estimated stage seconds (benchmarks as measured on an H200; "
+             f"science at an assumed {PRETRAIN_MFU:.0%} MFU pretraining, {FINETUNE_MFU:.0%} fine-tuning, "
+             f"{PEAK_FLOPS / 1e12:.0f} TFLOP/s peak)",
+             "| stage | kind | est. s | window | what |", "|---|---|---:|---:|---|"]
+    lines += [f"| {r['stage']} | {r['kind']} | {r['seconds']} | {r['window']} | {r['what']} |" for r in rows]
+    lines.append(f"total {sum(r['seconds'] for r in rows)} s of stage time. One window ({DEVICE_SECONDS} s of device "
+                 f"time) gives {window_seconds()} s: a {START_SECONDS} s start, a first call of --budget {first} "
+                 f"({calls[0]:.0f} s of stages; up to {CALL_SECONDS} s with its wheel install and transfers), then "
+                 f"at once a second of --budget budget_left_s - {SECOND_CALL_MARGIN} (about {second:.0f}: "
+                 f"{calls[1]:.0f} s of stages); each call keeps {SETUP_SECONDS} s for its setup and "
+                 f"{RESERVE_SECONDS} s to pack $OUT.")
+    for w, window in enumerate(schedule_windows(seconds), 1):
+        runs = "; ".join(f"call {c}: " + (", ".join(n + ("" if fin else " (cut)") for n, fin in ran) or "-")
+                         for c, ran in enumerate(window, 1))
+        lines.append(f"window {w}: {runs}")
     return "\n".join(lines)
 
 
@@ -200,13 +294,21 @@ def plan_preset(plan: dict):
     return load_preset(plan["preset"], **plan["overrides"])
 
 
-def wheel_names() -> list[str]:
-    """Distributions depthnb needs on the device that its image lacks (KINDS.md's package list): the
-    requirements of settings.ini and their requirements, as installed in this environment."""
+# What the benchmarks and the CUDA tests import that the GPU image lacks (test_gpu_plan checks it with the rest hidden);
+# the science stages need every requirement of settings.ini (papermill and ipykernel for the notebooks, lm_eval...).
+BENCH_REQUIREMENTS = ("fastcore",)
+
+
+def wheel_names(stages=STAGE_NAMES) -> list[str]:
+    """Distributions the planned stages need on the device that its image lacks (KINDS.md's package list), with
+    their requirements, as installed in this environment."""
     image = set(_norm(n) for n in DEVICE_IMAGE.split())
-    cfg = configparser.ConfigParser(delimiters=["="])
-    cfg.read(ROOT / "settings.ini")
-    todo = [Requirement(r).name for r in cfg["DEFAULT"]["requirements"].split()]
+    if all(STAGE_BY_NAME[n].kind == "bench" for n in stages):
+        todo = list(BENCH_REQUIREMENTS)
+    else:
+        cfg = configparser.ConfigParser(delimiters=["="])
+        cfg.read(ROOT / "settings.ini")
+        todo = [Requirement(r).name for r in cfg["DEFAULT"]["requirements"].split()]
     seen, out = set(), []
     while todo:
         name = _norm(todo.pop())
@@ -268,17 +370,34 @@ def download_wheels(names: list[str], dest: Path) -> None:
             subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dest), name], check=True)
 
 
-def cache_files(preset) -> list[Path]:
-    "The data-cache files the preset's runs read: its tokenizer, packed tokens and the task files."
-    data = prepare_pretraining(preset.pretrain.data, preset.pretrain.model.n_ctx, progress=False, log=print)
-    files = [data.tokenizer.path, data.tokenizer.path.parent / "meta.json"]
-    for blocks in (data.train, *data.eval.values()):
-        files += [blocks.path, meta_path(blocks.path)]
-    files += [data_path(f.file) for name in (*TASK_DATASETS, *DOWNSTREAM_DATASETS) for f in registry()[name].files]
+def cache_files(preset, stages=STAGE_NAMES) -> list[Path]:
+    """The data-cache files the planned stages read: the preset's tokenizer, packed tokens and task files (science),
+    COGS gen (bench-cogs), the CUDA tests' tokenizer and training tokens (cuda-tests)."""
+    files = []
+    if any(STAGE_BY_NAME[n].kind == "science" for n in stages):
+        data = prepare_pretraining(preset.pretrain.data, preset.pretrain.model.n_ctx, progress=False, log=print)
+        files += [data.tokenizer.path, data.tokenizer.path.parent / "meta.json"]
+        for blocks in (data.train, *data.eval.values()):
+            files += [blocks.path, meta_path(blocks.path)]
+        files += [data_path(f.file) for name in (*TASK_DATASETS, *DOWNSTREAM_DATASETS) for f in registry()[name].files]
+    if "bench-cogs" in stages:
+        files += [data_path(f.file) for f in registry()["cogs"].files if Path(f.file).name == "gen.tsv"]
+    if "cuda-tests" in stages:
+        files += cuda_test_files()
     root = cache_dir().resolve()
     for f in files:
         f.resolve().relative_to(root)  # everything carried lives in the cache (ValueError otherwise)
-    return files
+    return list(dict.fromkeys(files))
+
+
+def cuda_test_files() -> list[Path]:
+    """What the CUDA tests read from the cache (tests/_train_common.CUDA_TEST_DATA: a tokenizer and 400 packed
+    documents, 0.2 MB compressed); the device cannot fetch the raw corpus they are made from."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from _train_common import CUDA_TEST_DATA, N_CTX
+
+    data = prepare_pretraining(CUDA_TEST_DATA, N_CTX, progress=False, log=print)
+    return [data.tokenizer.path, data.tokenizer.path.parent / "meta.json", data.train.path, meta_path(data.train.path)]
 
 
 def write_data_archive(files: list[Path], dest: Path, preset: int = 6) -> None:
@@ -322,12 +441,12 @@ def cmd_prepare(args) -> int:
         shutil.rmtree(dest)
     dest.mkdir(parents=True)
     t0 = time.time()
-    files = cache_files(preset)
+    files = cache_files(preset, plan["stages"])
     write_data_archive(files, dest / "data.tar.xz", args.xz)
     print(f"data: {len(files)} cache files -> {dest / 'data.tar.xz'} "
           f"({(dest / 'data.tar.xz').stat().st_size / 2**20:.1f} MiB, {time.time() - t0:.0f} s)")
     if args.wheels:
-        names = wheel_names()
+        names = wheel_names(plan["stages"])
         download_wheels(names, dest / "whl")
         print(f"wheels: {len(names)} -> {dest / 'whl'} ({folder_bytes(dest / 'whl') / 2**20:.1f} MiB): {' '.join(names)}")
     (dest / "plan.json").write_text(json.dumps(plan, indent=1))
@@ -339,19 +458,31 @@ def cmd_prepare(args) -> int:
               "pretrain.data.max_train_docs", file=sys.stderr)
         return 1
     print(format_budget(preset))
-    print("\nrun tool calls (one after another, at once; see benchmarks/README.md):")
-    for budget in (CALL_BUDGET, CALL_BUDGET, "<budget_left_s - 90>"):
-        print(f'  run(command="python3 benchmarks/gpu_plan.py device --budget {budget}", '
-              f'carry=["{PLAN_DIR}"], timeout_s=600)')
+    print(f"\nplanned stages: {', '.join(plan['stages'])}")
+    print(run_calls())
     return 0
 
 
+def run_calls() -> str:
+    "The device tool calls of one window (benchmarks/README.md, 'In the window')."
+    least = SECOND_CALL_MARGIN + SETUP_SECONDS + RESERVE_SECONDS + MIN_SCIENCE_SECONDS
+    command = "python3 benchmarks/gpu_plan.py device --budget"
+    return "\n".join([
+        "run tool calls: the first; then, at once when it returns (the machine is given back 30 s after a call), the "
+        f"second if the first reply's lease.budget_left_s is at least {least}; then give_back:",
+        f'  run(command="{command} {CALL_BUDGET}", carry=["{PLAN_DIR}"], timeout_s={CALL_SECONDS})',
+        f'  run(command="{command} <budget_left_s - {SECOND_CALL_MARGIN}>", carry=["{PLAN_DIR}"], '
+        f'timeout_s={CALL_SECONDS})',
+        "  give_back()"])
+
+
 def _stage_list(text: str | None) -> tuple[str, ...]:
+    "The stages of `--stages` (default all) and their prerequisites, in plan order."
     names = tuple(s for s in (text or "").split(",") if s) or STAGE_NAMES
     unknown = [n for n in names if n not in STAGE_NAMES]
     if unknown:
         raise UsageError(f"--stages: unknown stage {unknown[0]!r}; stages: {', '.join(STAGE_NAMES)}")
-    return names
+    return with_prerequisites(names)
 
 
 # ------------------------------------------------------------------------------------------- the device
@@ -376,18 +507,11 @@ class Call:
         return self.deadline - time.time() - RESERVE_SECONDS
 
     def setup(self) -> None:
-        "Kill a killed call's leftovers, install the carried wheels, unpack the carried data (once per machine)."
+        """Kill a killed call's leftovers, unpack the carried data (once per machine), probe the environment. (The
+        carried wheels were installed before this module imported depthnb: `use_carried_wheels`.)"""
         kill_marked(str(self.root), self.log)
-        plan_dir = self.root / PLAN_DIR
-        site = Path("/tmp/depthnb-site")
-        wheels = sorted((plan_dir / "whl").glob("*.whl"))
-        if wheels and not site.exists():
-            subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
-                            "--no-cache-dir", "--upgrade", "--target", str(site), *map(str, wheels)], check=True)
-        if wheels:
-            self.env["PYTHONPATH"] = os.pathsep.join([str(site), self.env.get("PYTHONPATH", "")]).strip(os.pathsep)
         self.env["PYTHONPATH"] = os.pathsep.join([str(self.root), self.env.get("PYTHONPATH", "")]).strip(os.pathsep)
-        archive = plan_dir / "data.tar.xz"
+        archive = self.root / PLAN_DIR / "data.tar.xz"
         stamp = self.state_dir / "data.sha256"
         digest = hashlib.sha256(archive.read_bytes()).hexdigest()
         if not stamp.exists() or stamp.read_text() != digest:
@@ -399,7 +523,7 @@ class Call:
         info.parent.mkdir(parents=True, exist_ok=True)
         probe = ("import torch, sys; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', "
                  "torch.version.cuda, torch.cuda.is_available() and torch.cuda.get_device_name(0)); "
-                 "import depthnb.cli, papermill, fastcore; print('imports ok')")
+                 f"import {', '.join(self.imports())}; print('imports ok')")
         smi = shutil.which("nvidia-smi")
         with open(info, "w") as f:
             if smi:
@@ -407,6 +531,11 @@ class Call:
             subprocess.run([sys.executable, "-c", probe], stdout=f, stderr=subprocess.STDOUT, env=self.env,
                            cwd=self.root)
         self.log(info.read_text().strip().splitlines()[-1])
+
+    def imports(self) -> list[str]:
+        "What the planned stages import: the benchmarks depthnb.bench, the science the CLI and papermill too."
+        science = any(STAGE_BY_NAME[n].kind == "science" for n in self.plan["stages"])
+        return ["fastcore", "depthnb.bench", *(["depthnb.cli", "papermill"] if science else [])]
 
     def status(self, name: str) -> str:
         return self.state["stages"].get(name, {}).get("status", "todo")
@@ -425,8 +554,9 @@ class Call:
             st = self.status(stage.name)
             if st == "done":
                 continue
-            if st == "failed" and self.failures(stage.name) >= MAX_FAILURES:
-                continue  # a stage that failed twice would fail again: its log says why
+            if st == "failed" and (stage.kind == "bench" or self.failures(stage.name) >= MAX_FAILURES):
+                continue  # a benchmark that ran to its end failed for good (a variant that does not compile, a
+                # failing test: its records and log came back); a science stage gets one more try
             missing = [a for a in stage.after if self.status(a) != "done"]
             if missing:
                 self.note(stage, "waiting", f"needs {', '.join(missing)}")
@@ -684,6 +814,44 @@ def copy_tree(src: Path, dest: Path) -> None:
         shutil.copy2(src / rel, dest / rel)
 
 
+def wheel_from_installed(name: str, dest: Path) -> Path:
+    "A wheel of the installed pure-Python distribution `name`, zipped from its installed files (the rehearsal's carry)."
+    dist = metadata.distribution(name)
+    dest.mkdir(parents=True, exist_ok=True)
+    wheel = dest / f"{dist.metadata['Name'].replace('-', '_')}-{dist.version}-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w", zipfile.ZIP_DEFLATED) as z:
+        for f in dist.files:
+            if ".." not in f.parts and "__pycache__" not in f.parts and f.locate().is_file():
+                z.write(f.locate(), str(f))
+    return wheel
+
+
+# A sitecustomize that makes some installed packages look absent, as on the GPU image, except in one folder
+# (where the device installs the carried wheels).
+_IMAGE_SITECUSTOMIZE = """import importlib.machinery, sys
+
+class _Absent:
+    "The GPU image lacks {names}: found only in {allowed} (benchmarks/gpu_plan.py, rehearsal)."
+    def find_spec(self, name, path=None, target=None):
+        if path is not None or name not in {names!r}:
+            return None  # a submodule is found through its package's __path__
+        spec = importlib.machinery.PathFinder.find_spec(name, [{allowed!r}])
+        if spec is None:
+            raise ModuleNotFoundError(f"No module named {{name!r}} (as on the GPU image)", name=name)
+        return spec
+
+sys.meta_path.insert(0, _Absent())
+"""
+
+
+def image_without(names: list[str], allowed: Path, folder: Path) -> Path:
+    """A folder to put on PYTHONPATH: every Python started with it (and its children) finds the packages `names`
+    only in `allowed`, as on the GPU image, which lacks them until the carried wheels are installed there."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "sitecustomize.py").write_text(_IMAGE_SITECUSTOMIZE.format(names=set(names), allowed=str(allowed)))
+    return folder
+
+
 def cmd_rehearse(args) -> int:
     "Prepare here, then two simulated device calls in a copy of the tree (the first cut mid-pretraining), then assemble."
     work = Path(args.work).resolve()
@@ -696,10 +864,17 @@ def cmd_rehearse(args) -> int:
     env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"),
                PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))  # python3: ours
     env.pop(MARKER, None)
+    here = dict(DEPTHNB_CACHE_DIR=str(cache_dir()))  # this checkout's cache and mirror (the copy has no ../shared)
+    if os.environ.get("DEPTHNB_DATA_MIRROR") is None and default_mirror() is not None:
+        here["DEPTHNB_DATA_MIRROR"] = str(default_mirror())
     subprocess.run([*py, "prepare", "--preset", "gpu", *sets, "--no-wheels", "--xz", "0",
                     "--bench-flags", json.dumps(REHEARSAL_BENCH_FLAGS), "--dest", str(tree / PLAN_DIR)],
-                   check=True, env=dict(env, DEPTHNB_CACHE_DIR=str(cache_dir())), cwd=tree)  # this checkout's cache
-    device_env = dict(env, DEPTHNB_CACHE_DIR=str(tree / "data" / "cache"))  # the device's cache: only what was carried
+                   check=True, env=dict(env, **here), cwd=tree)
+    # As on the device: fastcore is missing but for the carried wheel, installed by the device command itself.
+    wheel_from_installed("fastcore", tree / PLAN_DIR / "whl")
+    image = image_without(["fastcore"], tree / SITE_DIR, work / "image")
+    device_env = dict(env, DEPTHNB_CACHE_DIR=str(tree / "data" / "cache"),  # the device's cache: only what was carried
+                      PYTHONPATH=os.pathsep.join(filter(None, [str(image), env.get("PYTHONPATH")])))
     runs = tree / STATE_DIR / "runs"
     evidence = {}
     for i, extra in enumerate([["--cut", "pretrain"], []], 1):

@@ -328,25 +328,39 @@ def cogs_decode_batch(model: nn.Module, idx: torch.Tensor, mask: torch.Tensor, s
 
 # %% ../nbs/11c_scenarios.ipynb #fb3dc26b
 def bench_cogs(bc: BenchConfig, lengths: list[tuple[int, int]], source: str, batch_size: int = 512,
-               keep_going: bool = True) -> tuple[dict, dict]:
-    "COGS-gen decoding time of depthnb (and the reference), taking turns batch by batch: ({name: timing}, errors)."
+               keep_going: bool = True, log=None, log_every: float = 10.0) -> tuple[dict, dict]:
+    """COGS-gen decoding time of depthnb (and the reference), taking turns batch by batch: ({name: timing}, errors).
+    Progress goes to `log` (default: print, flushed) after each warm-up and every `log_every` s: a run cut short
+    still says how far it got and at what rate."""
+    log = log or (lambda msg: print(msg, flush=True))
     device = torch.device(bc.device)
     longest = max(p + a for p, a in lengths)
     cfg = replace(bench_model_config(bc), n_ctx=max(bc.n_ctx, longest))
     batches = cogs_batches(lengths, batch_size, cfg.n_vocab, bc.seed)
+    log(f"cogs: {len(lengths):,} examples in {len(batches)} batches of up to {batch_size}, prompt + answer up to "
+        f"{longest} tokens")
     out, errors, models = {"source": source}, {}, {}
     for kind in ("depthnb", "reference") if bc.reference else ("depthnb",):
         def warmed(kind=kind):
+            t0 = time.perf_counter()
             model = _build(kind, cfg, device, bc.seed).eval()
             cogs_decode_batch(model, *batches[0], device, bc.use_bf16)  # warm-up (and a check that it runs)
+            log(f"cogs: {kind} built and warmed up (batch 1) in {time.perf_counter() - t0:.1f} s")
             return model
         model = guarded(errors, f"cogs {kind}", warmed, keep_going)
         if model is not None:
             models[kind] = model
     seconds = dict.fromkeys(models, 0.0)
+    examples, start = 0, time.perf_counter()
+    shown = start
     for b, batch in enumerate(batches):  # A B, B A, …: a change of load hits both alike
         for kind in list(models)[::1 if b % 2 == 0 else -1]:
             seconds[kind] += cogs_decode_batch(models[kind], *batch, device, bc.use_bf16)
+        examples += len(batch[0])
+        if time.perf_counter() - shown >= log_every or b == len(batches) - 1:
+            shown = time.perf_counter()
+            log(f"cogs: {b + 1}/{len(batches)} batches, {examples:,}/{len(lengths):,} examples, "
+                + ", ".join(f"{k} {s:.1f} s" for k, s in seconds.items()) + f" ({shown - start:.0f} s in all)")
     for kind in models:
         out[kind] = dict(seconds=seconds[kind], examples=len(lengths), batches=len(batches), batch_size=batch_size,
                          decoded_tokens=sum(len(idx) * steps for idx, _, steps in batches))

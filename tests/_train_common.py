@@ -2,12 +2,17 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 from depthnb.config import DataConfig, ModelConfig, PretrainConfig, override
 
 # A small slice of the real pretraining corpus: tokenizer and packed blocks are cached by the data module.
 TEST_DATA = DataConfig(corpus="enwiki", max_train_docs=400, eval_sets=("enwiki_valid",), vocab_size=512,
                        tokenizer_docs=400)
+# The CUDA tests' data: the same tokenizer and training blocks, no held-out set. The GPU plan carries their cache
+# files (0.2 MB compressed; benchmarks/gpu_plan.py cuda_test_files): the device cannot fetch the raw corpus, and the
+# held-out set's packed tokens (7 MB) would not fit the carry.
+CUDA_TEST_DATA = replace(TEST_DATA, eval_sets=())
 N_CTX = 32
 
 
@@ -21,10 +26,10 @@ def small_config(**changes) -> PretrainConfig:
     return override(base, **changes)
 
 
-def small_data():
-    "The real `PretrainingData` for `TEST_DATA`."
+def small_data(data_cfg: DataConfig = TEST_DATA):
+    "The real `PretrainingData` for `data_cfg`."
     from depthnb.data import prepare_pretraining
-    return prepare_pretraining(TEST_DATA, N_CTX)
+    return prepare_pretraining(data_cfg, N_CTX)
 
 
 class Crash(Exception):

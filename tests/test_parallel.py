@@ -17,7 +17,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _parallel_script import run_config, stack_run_config  # noqa: E402
-from _train_common import small_data  # noqa: E402
+from _train_common import CUDA_TEST_DATA, small_data  # noqa: E402
 
 from depthnb.config import StackConfig  # noqa: E402
 from depthnb.model import DecoderLM  # noqa: E402
@@ -151,10 +151,11 @@ def test_sigkill_during_a_sharded_save_leaves_the_previous_checkpoint(runs, tmp_
 @pytest.mark.gpu
 def test_fsdp_bf16_on_cuda_trains_like_unsharded_bf16(tmp_path):
     """FSDP2 on one CUDA process (nccl, bf16 MixedPrecisionPolicy) trains like the unsharded model under bf16 autocast,
-    within bf16 tolerance, and writes sharded checkpoints (the GPU plan's cuda-tests stage runs this)."""
-    cuda = dict(device="cuda", bf16=True)
-    pretrain(run_config("ddp", **cuda), tmp_path / "ddp", data=small_data(), **QUIET)
-    pretrain(run_config("fsdp", **cuda), tmp_path / "fsdp", data=small_data(), **QUIET)
+    within bf16 tolerance, and writes sharded checkpoints (the GPU plan's cuda-tests stage runs this, on the data it
+    carries: no held-out set)."""
+    cuda = dict(device="cuda", bf16=True, data=CUDA_TEST_DATA)
+    pretrain(run_config("ddp", **cuda), tmp_path / "ddp", data=small_data(CUDA_TEST_DATA), **QUIET)
+    pretrain(run_config("fsdp", **cuda), tmp_path / "fsdp", data=small_data(CUDA_TEST_DATA), **QUIET)
     unsharded, sharded = read_metrics(tmp_path / "ddp", "train"), read_metrics(tmp_path / "fsdp", "train")
     assert sharded.loss.tolist() == pytest.approx(unsharded.loss.tolist(), rel=2e-2)
     assert any((tmp_path / "fsdp" / "checkpoints").glob("step_*.dcp"))
