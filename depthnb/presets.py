@@ -272,10 +272,10 @@ CPU_PETTY = ("petty_data", "petty_pretrain", "petty_finetune", "petty_equal_ppl"
 PRESETS["cpu-petty-a"] = replace(
     CPU_BASE, name="cpu-petty-a", seeds=(0, 1, 2, 3, 4), experiments=("petty_shapes", *CPU_PETTY, "petty_latency", "petty_rank"),
     description="Part a of cpu: the depth family's 1-, 3- and 6-layer models, pretraining seeds 0-4, on GeoQuery and "
-                "passivization, both controls on passivization, Figs. 8-9 (about 112 minutes).")
+                "passivization, both controls on passivization, Figs. 8-9 (112 minutes on a fresh clone).")
 PRESETS["cpu-petty-b"] = replace(
     CPU_BASE, name="cpu-petty-b", seeds=(5, 6, 7, 8, 9), experiments=CPU_PETTY,
-    description="Part b of cpu: part a's runs for pretraining seeds 5-9 (about 112 minutes).")
+    description="Part b of cpu: part a's runs for pretraining seeds 5-9 (part a took 112 minutes).")
 PRESETS["cpu-midas"] = replace(
     CPU_BASE, name="cpu-midas", tasks=("cogs_vf",), stack_seeds=tuple(range(8)),
     experiments=("petty_data", "midas_stacking", "midas_primitives", "midas_cogs", "midas_downstream"),
