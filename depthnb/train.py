@@ -9,7 +9,7 @@ import contextlib
 import math
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -20,16 +20,16 @@ import torch.nn as nn
 from tqdm.auto import tqdm
 
 from .commands import CommandParser, UsageError, add_family_args, family_from_args, require_one_run, run_each
-from .config import Preset, PretrainConfig, config_diff, reserved_ids, to_dict
+from .config import Preset, PretrainConfig, config_diff, from_dict, reserved_ids, to_dict
 from .presets import get_preset, preset_size_class
 from .devices import (DistInfo, all_reduce_sum, autocast, configure_backends, maybe_compile, mfu,
                              peak_flops, resolve_device)
 from .model import DecoderLM
 from .optim import lr_at, make_optimizer, set_lr, train_step
 from .solver import model_config
-from .runs import (KEEP_CHECKPOINTS, MetricsLog, check_free_space, free_space, is_done, load_model, mark_done,
-                          pretrain_run_dir, read_done, rng_state, run_lock, set_rng_state, step_file,
-                          write_or_check_config)
+from .runs import (KEEP_CHECKPOINTS, MetricsLog, check_free_space, free_space, is_done, load_model, load_verified,
+                          mark_done, pretrain_run_dir, read_config, read_done, rng_state, run_lock, set_rng_state,
+                          step_file, write_or_check_config)
 from .parallel import (FullCheckpoints, ShardedCheckpoints, check_parallel_optimizer, checkpoints_for,
                               init_parallel, prepare_training)
 from .schedules import snapshot_steps
@@ -41,7 +41,7 @@ from .ul2 import UL2
 __all__ = ['WORKER_ENV', 'lm_loss', 'NonFiniteLossError', 'check_finite', 'run_disk_need', 'job_lock', 'finished_run',
            'LoopSchedule', 'Window', 'LoopHooks', 'resume', 'train_loop', 'pretrain_hooks', 'pretrain_record',
            'pretrain_schedule', 'pretrain', 'pretrain_config', 'environment', 'run_parallel', 'pretrain_job',
-           'pretrain_selection', 'cli_pretrain']
+           'refine_run_dir', 'kept_checkpoint_steps', 'refine_snapshots', 'pretrain_selection', 'cli_pretrain']
 
 # %% ../nbs/05_train.ipynb #2c57c7e3
 @torch.no_grad()
@@ -288,33 +288,38 @@ def pretrain_record(config: PretrainConfig, start_step: int, stop_step: int) -> 
     return dict(kind="pretrain", config=to_dict(config), start_step=start_step, stop_step=stop_step)
 
 
-def pretrain_schedule(config: PretrainConfig, start_step: int, stop_step: int) -> LoopSchedule:
-    "The `LoopSchedule` of pretraining `config` on global steps [start_step, stop_step); snapshots log-spaced after warm-up."
+def pretrain_schedule(config: PretrainConfig, start_step: int, stop_step: int,
+                      snapshots: Sequence[int] | None = None) -> LoopSchedule:
+    "The `LoopSchedule` of pretraining `config` on global steps [start_step, stop_step); snapshots at `snapshots`, else `config`'s."
+    if snapshots is None:
+        snapshots = snapshot_steps(config.steps, config.n_snapshots, first=config.warmup_steps,
+                                   spacing=config.snapshot_spacing)
     return LoopSchedule(begin=start_step, stop=stop_step, steps=config.steps, lr=config.lr,
                         warmup_steps=config.warmup_steps, min_lr_ratio=config.min_lr_ratio,
                         log_every=config.log_every, eval_every=config.eval_every, ckpt_every=config.ckpt_every,
-                        snapshots=frozenset(snapshot_steps(config.steps, config.n_snapshots, first=config.warmup_steps,
-                                                           spacing=config.snapshot_spacing)))
+                        snapshots=frozenset(snapshots))
 
 
 def pretrain(config: PretrainConfig, run_dir: Path | str, *, init_model: DecoderLM | None = None,
              init_optimizer_state: dict | None = None, start_step: int = 0, stop_step: int | None = None,
-             data=None, progress: bool = True, log=print) -> DecoderLM:
-    "Train `config`'s model on global steps [start_step, stop_step) in `run_dir` (resuming if possible); returns it."
+             snapshots: Sequence[int] | None = None, data=None, progress: bool = True, log=print) -> DecoderLM:
+    """Train `config`'s model on global steps [start_step, stop_step) in `run_dir` (resuming if possible), keeping its
+    weights at `snapshots` (default: `config`'s); returns it."""
     stop = config.steps if stop_step is None else stop_step
     if not 0 <= start_step < stop <= config.steps:
         raise ValueError(f"need 0 <= start_step < stop_step <= config.steps, got {start_step}, {stop}, {config.steps}")
     check_parallel_optimizer(config.optimizer, config.parallel)
     info = init_parallel(config.device, config.parallel)
     with job_lock(run_dir, info):
-        return _pretrain(config, Path(run_dir), info, init_model, init_optimizer_state, start_step, stop, data,
-                         progress, log if info.main else (lambda *a, **k: None))
+        return _pretrain(config, Path(run_dir), info, init_model, init_optimizer_state,
+                         pretrain_schedule(config, start_step, stop, snapshots), data, progress,
+                         log if info.main else (lambda *a, **k: None))
 
 
-def _pretrain(config: PretrainConfig, run_dir: Path, info: DistInfo, init_model, init_optimizer_state, start_step: int,
-              stop: int, data, progress: bool, say) -> DecoderLM:
+def _pretrain(config: PretrainConfig, run_dir: Path, info: DistInfo, init_model, init_optimizer_state,
+              schedule: LoopSchedule, data, progress: bool, say) -> DecoderLM:
     device = resolve_device(config.device, info.local_rank)
-    finished = finished_run(run_dir, pretrain_record(config, start_step, stop), device, info, say)
+    finished = finished_run(run_dir, pretrain_record(config, schedule.begin, schedule.stop), device, info, say)
     if finished is not None:
         return finished
     configure_backends(device, config.tf32)
@@ -329,7 +334,7 @@ def _pretrain(config: PretrainConfig, run_dir: Path, info: DistInfo, init_model,
         lambda m: make_optimizer(m, config.optimizer, config.lr, config.weight_decay, (config.beta1, config.beta2),
                                  fused=config.fused_optimizer),
         init_optimizer_state, config.parallel, device, config.bf16)
-    return train_loop(run_dir, model, optimizer, pretrain_schedule(config, start_step, stop), hooks,
+    return train_loop(run_dir, model, optimizer, schedule, hooks,
                       config=to_dict(config), grad_clip=config.grad_clip, precision=precision, info=info,
                       progress=progress, say=say)
 
@@ -395,6 +400,50 @@ def pretrain_job(preset: Preset | str, size_class, n_layers: int, seed: int) -> 
     run_dir = pretrain_run_dir(preset, size_class, n_layers, seed)
     pretrain(pretrain_config(preset, size_class, n_layers, seed), run_dir, progress=False, log=lambda *a: None)
     return str(run_dir)
+
+# %% ../nbs/05_train.ipynb #7ab6ecee
+def refine_run_dir(run_dir: Path | str, first: int, last: int, every: int) -> Path:
+    "Where `refine_snapshots` keeps a pretraining run's weights at steps `first`, `first + every`, ... up to `last`."
+    return Path(run_dir) / "refine" / f"steps_{first:08d}-{last:08d}_every_{every}"
+
+
+def kept_checkpoint_steps(run_dir: Path | str) -> list[int]:
+    "The steps of the full checkpoints a run directory keeps, sorted."
+    return sorted(int(p.stem.split("_")[1]) for p in (Path(run_dir) / "checkpoints").glob("step_*.pt"))
+
+
+def refine_snapshots(run_dir: Path | str, first: int, last: int, every: int, *, data=None, progress: bool = False,
+                     log=print) -> str:
+    """Retrain part of the finished pretraining run `run_dir` to keep its weights at steps `first`, `first + every`,
+    ... up to `last`, from its newest kept checkpoint before them (else from initialization); returns the refined
+    stretch's run directory (`refine_run_dir`)."""
+    run_dir = Path(run_dir)
+    record = read_config(run_dir)
+    if record.get("kind") != "pretrain" or not is_done(run_dir):
+        raise ValueError(f"refine_snapshots: {run_dir} is not a finished pretraining run")
+    config = from_dict(PretrainConfig, record["config"])
+    if config.parallel == "fsdp":
+        raise ValueError(f"refine_snapshots: {run_dir} keeps sharded (FSDP) checkpoints; refining reads a full one")
+    begin, stop = record["start_step"], record["stop_step"]
+    if every < 1 or not begin < first <= last <= stop:
+        raise ValueError(f"refine_snapshots: need every >= 1 and {begin} < first <= last <= {stop} (the run's steps), "
+                         f"got first={first}, last={last}, every={every}")
+    steps = list(range(first, last + 1, every))
+    out = refine_run_dir(run_dir, first, last, every)
+    kept = [s for s in kept_checkpoint_steps(run_dir) if begin < s <= first and s < steps[-1]]
+    if not kept:
+        if begin != 0:
+            raise ValueError(f"refine_snapshots: {run_dir} keeps no checkpoint at or before step {first} and does not "
+                             f"start from initialization (its first step is {begin})")
+        pretrain(config, out, stop_step=steps[-1], snapshots=steps, data=data, progress=progress, log=log)
+        return str(out)
+    state = load_verified(run_dir / "checkpoints" / step_file(kept[-1]))
+    model = DecoderLM(config.model)
+    model.load_state_dict(state["model"])
+    set_rng_state(state["rng"])
+    pretrain(config, out, init_model=model, init_optimizer_state=state["optimizer"], start_step=kept[-1],
+             stop_step=steps[-1], snapshots=steps, data=data, progress=progress, log=log)
+    return str(out)
 
 # %% ../nbs/05_train.ipynb #2fb08360
 def pretrain_selection(args) -> list[tuple[PretrainConfig, Path]]:

@@ -6,6 +6,7 @@ import json
 import pandas as pd
 import pytest
 
+from depthnb.claims_petty import EQUAL_PPL_TOLERANCE
 from depthnb.reproduce import EXPERIMENTS
 from depthnb.reproduce import ExperimentFailed, reproduce
 
@@ -84,3 +85,20 @@ def test_failure_names_notebook_and_cell(tmp_path):
     assert "RuntimeError" in message and "run petty_pretrain first" in message
     assert "executed copy:" in message
     assert not (tmp_path / "runs" / "tiny" / "notebooks" / "petty_rank.done.json").exists()
+
+
+def test_equal_ppl_refines_a_sparse_match(pipeline):
+    """At reference depth 2 the 1-layer model crosses the target between two kept snapshots, further from it than the
+    claims' tolerance: that stretch is retrained with denser snapshots (`train.refine_snapshots`), which reproduce
+    the run's own evaluations exactly (same process, same threads), and the match is made again among them."""
+    runs, out, _, _ = pipeline
+    figures = out.parent.with_name("figures_refined")
+    reproduce("tiny", only=["petty_equal_ppl"], seeds=1, overrides=dict(OVERRIDES, control_references=(2,)),
+              runs_dir=runs, figures_dir=figures, log=lambda *a: None)
+    sel = pd.read_csv(figures / "tiny" / "petty_fig6_selection_tiny.csv")
+    shallow = sel[sel.n_layers == 1].iloc[0]
+    refined = list((runs / "tiny" / "pretrain" / "tiny" / "L1_s0" / "refine").iterdir())
+    assert len(refined) == 1 and (refined[0] / "DONE").exists()
+    assert shallow.refined and shallow.status == "matched" and abs(shallow.rel_gap) <= EQUAL_PPL_TOLERANCE, shallow
+    caption = (figures / "tiny" / "petty_fig6_selection_tiny.md").read_text()
+    assert "shared evaluations to within 0.0e+00" in caption
