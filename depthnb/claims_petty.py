@@ -26,7 +26,7 @@ __all__ = ['PAPER_CLASS', 'PAPER_OPTIMAL_DEPTH', 'NEAR_BEST', 'SATURATING_TASKS'
            'claim_optimal_depth_grows', 'claim_wide_ratios_tolerated', 'depth_effect', 'describe_depth_effect',
            'claim_depth_generalizes', 'middle_depth', 'bend', 'claim_saturation', 'saturation_depth',
            'claim_vf_saturates_sooner', 'generalization_types', 'NoTypes', 'type_table', 'claim_lexical_not_structural',
-           'claim_structural_near_zero', 'control_effect', 'claim_equal_ppl', 'claim_equal_loss',
+           'claim_structural_near_zero', 'control_effect', 'claim_equal_ppl', 'pick_steps', 'claim_equal_loss',
            'claim_latency_linear', 'claim_rank_deficient']
 
 # %% ../nbs/08c_claims_petty.ipynb #87c297bf
@@ -378,6 +378,12 @@ def claim_equal_ppl(sel: pd.DataFrame, task: str) -> tuple[str, str]:
     return "; ".join(parts) + ". Paper (COGS, 134M): deeper models still generalize better.", combine(verdicts)
 
 
+def pick_steps(g: pd.DataFrame) -> str:
+    "The fine-tuning steps at which each depth's models reached the threshold: equal loss can mean unequal training."
+    spans = {n: (int(s.min()), int(s.max())) for n, s in g.groupby("n_layers").step}
+    return ", ".join(f"{n} layer(s) {lo}" + (f"-{hi}" if hi > lo else "") for n, (lo, hi) in spans.items())
+
+
 def claim_equal_loss(sel: pd.DataFrame, task: str) -> tuple[str, str]:
     parts, verdicts = [], []
     sel = sel.dropna(subset=["accuracy"])
@@ -386,7 +392,7 @@ def claim_equal_loss(sel: pd.DataFrame, task: str) -> tuple[str, str]:
         gap = g.loss / g.threshold - 1
         gaps = (f"matched losses {g.loss.min():.4f} to {g.loss.max():.4f} for a threshold of {g.threshold.iloc[0]:.4f} "
                 f"({100 * gap.min():+.0f}% to {100 * gap.max():+.0f}%; {int((g.step == g.step.max()).sum())} of "
-                f"{len(g)} picks at the last snapshot)")
+                f"{len(g)} picks at the last snapshot; fine-tuning steps of the picks: {pick_steps(g)})")
         if gap.abs().max() > EQUAL_LOSS_TOLERANCE:
             verdicts.append("not testable")
             parts.append(f"{label}: {gaps}, beyond the {EQUAL_LOSS_TOLERANCE:.0%} tolerance (snapshots too sparse)")
