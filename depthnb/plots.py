@@ -235,7 +235,7 @@ def figure_generalization(results: pd.DataFrame, tasks: Sequence[str] | None = N
     for row in axes:
         row[0].set_ylabel("generalization accuracy (%)" if nrows == 1 else "gen. accuracy (%)")
     if nrows == 1:
-        axes[0, -1].legend(title="size class", loc="lower right")
+        axes[0, -1].legend(title="size class", loc="best")
         fig.tight_layout()
         return fig
     fig.tight_layout()

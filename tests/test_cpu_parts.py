@@ -150,3 +150,30 @@ def test_threads_default_matches_the_workers():
     assert all(threads_for(load_preset(n)) == 1 for n in PARTS)  # two workers of one thread each
     assert threads_for(load_preset("small")) is None and threads_for(load_preset("cpu"), 2) == 2
     assert WORKER_ENV == {"MALLOC_MMAP_THRESHOLD_": "33554432", "MALLOC_TRIM_THRESHOLD_": "268435456"}
+
+
+def test_report_redraws_the_pooled_figures(tmp_path):
+    """The report of a preset in parts redraws Figures 2-4 and Table 3 over every part's seeds, where a copy would show
+    one part's (a few rows in the real tables' format, nothing trained; the real report notebook runs)."""
+    figures = tmp_path / "figures"
+    for part, seeds in (("cpu-petty-a", (0, 1)), ("cpu-petty-b", (5,))):
+        folder = figures / part
+        folder.mkdir(parents=True)
+        runs = [dict(size_class="cpu", n_layers=n, d_model=128, d_ff=1451 // n, seed=s) for n in (1, 3, 6) for s in seeds]
+        pd.DataFrame([dict(r, split="enwiki_valid", step=1200, loss=4.0 + 0.01 * r["n_layers"],
+                           ppl=np.exp(4.0 + 0.01 * r["n_layers"]), run_dir="x") for r in runs]
+                     ).to_csv(folder / "pretrain_final_ppl.csv", index=False)
+        pd.DataFrame([dict(r, task="geoquery", split="test", n=280, accuracy=0.5 + 0.01 * r["n_layers"] + 0.01 * r["seed"],
+                           id_split="dev", id_n=200, id_accuracy=0.9, id_loss=0.1, run_dir="x") for r in runs]
+                     ).to_csv(folder / "finetune_accuracy.csv", index=False)
+        (folder / "petty_fig4_generalization.txt").write_text(f"Fig. 4 of {part}")
+    (figures / "cpu-midas").mkdir()
+    reproduce("cpu", only=["report"], runs_dir=tmp_path / "runs", figures_dir=figures, log=lambda *a: None)
+    out = figures / "cpu"
+    caption = (out / "petty_fig4_generalization.txt").read_text()
+    assert "mean over 3 pretraining seeds (0, 1, 5; pooled over cpu-petty-a, cpu-petty-b)" in caption, caption
+    assert (out / "petty_fig4_generalization.png").exists() and (out / "petty_fig2_perplexity.png").exists()
+    t3 = pd.read_csv(out / "petty_table3.csv").set_index("n_layers")
+    assert t3.loc[6, "GeoQuery"] == pytest.approx(100 * (0.56 + (0 + 1 + 5) / 3 * 0.01), abs=0.01)
+    manifest = pd.read_csv(out / "pooled_parts.csv").set_index("file").source
+    assert manifest["petty_table3.csv"].startswith("redrawn") and manifest["finetune_accuracy.csv"].startswith("pooled")
