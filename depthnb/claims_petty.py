@@ -390,7 +390,10 @@ def claim_equal_loss(sel: pd.DataFrame, task: str) -> tuple[str, str]:
     for name, g in sel.groupby("size_class"):
         label = f"{name}, at equal in-distribution loss on {TASK_NAMES.get(task, task)}"
         gap = g.loss / g.threshold - 1
-        gaps = (f"matched losses {g.loss.min():.4f} to {g.loss.max():.4f} for a threshold of {g.threshold.iloc[0]:.4f} "
+        thr = g.threshold.unique()  # one per part of a preset in parts: each part's runs reach their own
+        thresholds = (f"a threshold of {thr[0]:.4f}" if len(thr) == 1 else
+                      f"thresholds {thr.min():.4f} to {thr.max():.4f} (one per part)")
+        gaps = (f"matched losses {g.loss.min():.4f} to {g.loss.max():.4f} for {thresholds} "
                 f"({100 * gap.min():+.0f}% to {100 * gap.max():+.0f}%; {int((g.step == g.step.max()).sum())} of "
                 f"{len(g)} picks at the last snapshot; fine-tuning steps of the picks: {pick_steps(g)})")
         if gap.abs().max() > EQUAL_LOSS_TOLERANCE:

@@ -275,7 +275,7 @@ PRESETS["cpu-petty-a"] = replace(
                 "passivization, both controls on passivization, Figs. 8-9 (112 minutes on a fresh clone).")
 PRESETS["cpu-petty-b"] = replace(
     CPU_BASE, name="cpu-petty-b", seeds=(5, 6, 7, 8, 9), experiments=CPU_PETTY,
-    description="Part b of cpu: part a's runs for pretraining seeds 5-9 (part a took 112 minutes).")
+    description="Part b of cpu: part a's runs for pretraining seeds 5-9 (114 minutes on a fresh clone).")
 PRESETS["cpu-midas"] = replace(
     CPU_BASE, name="cpu-midas", tasks=("cogs_vf",), stack_seeds=tuple(range(8)),
     experiments=("petty_data", "midas_stacking", "midas_primitives", "midas_cogs", "midas_downstream"),
