@@ -5,6 +5,7 @@
 # %% ../nbs/08a_claims.ipynb #abf00b92
 from __future__ import annotations
 
+from copy import copy
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -12,7 +13,8 @@ from typing import Callable
 import pandas as pd
 
 from .stack_results import DOWNSTREAM_CLAIMS
-from .seeds import FLOOR, pct
+from .analysis import TASK_NAMES
+from .seeds import DECIDED, FLOOR, UNTESTED, combine, pct, robustness
 from .claims_petty import (EQUAL_LOSS_TOLERANCE, EQUAL_PPL_TOLERANCE, LATENCY_R2, NoTypes, claim_depth_generalizes,
                                   claim_depth_lowers_ppl, claim_diminishing_returns, claim_equal_loss, claim_equal_ppl,
                                   claim_latency_linear, claim_lexical_not_structural, claim_narrow_degrades,
@@ -25,32 +27,60 @@ from .claims_midas import (claim_arithmetic_poor, claim_depth2_at_chance, claim_
                                   claim_table1_speedups, claim_wall_clock)
 
 # %% auto #0
-__all__ = ['SEEDS', 'CONTRAST', 'CLAIMS', 'DOWNSTREAM_RULE', 'FigureTables', 'Claim', 'check_claim', 'check_claims']
+__all__ = ['SEEDS', 'CONTRAST', 'CLAIMS', 'DOWNSTREAM_RULE', 'FigureTables', 'Claim', 'check_claim', 'claim_units',
+           'robust_verdict', 'check_robust', 'check_claims']
 
 # %% ../nbs/08a_claims.ipynb #267f9908
 class FigureTables:
-    "The tables of one preset's figures folder, read on demand, and the preset facts the claims need."
+    """The tables of one preset's figures folder, read on demand, and the preset facts the claims need. A subset
+    (`subset`) reads the same tables with seeds left out, one part kept or one task kept; `read` records the tables
+    a claim asked for (as stored), so that its robustness can be checked on the seeds, parts and tasks it used."""
 
     def __init__(self, folder: str | Path, ppl_split: str = "enwiki_valid", control_task: str = "geoquery",
                  primitive_n_eval: int = 100):
         self.folder, self.ppl_split = Path(folder), ppl_split
         self.control_task, self.primitive_n_eval = control_task, primitive_n_eval
+        self.drop_seeds, self.part, self.task = frozenset(), None, None
+        self.read: dict[str, pd.DataFrame] = {}
+        self._cache: dict[str, pd.DataFrame] = {}
+
+    def subset(self, drop_seeds=(), part: str | None = None, task: str | None = None) -> "FigureTables":
+        "The same tables without `drop_seeds`, with only `part`'s rows and only `task`'s rows (of per-seed tables)."
+        sub = copy(self)
+        sub.drop_seeds, sub.part, sub.task, sub.read = frozenset(drop_seeds), part, task, {}
+        return sub
+
+    def _stored(self, stem: str) -> pd.DataFrame:
+        if stem not in self._cache:
+            if "*" not in stem:
+                path = self.folder / f"{stem}.csv"
+                if not path.exists():
+                    raise FileNotFoundError(2, "missing", str(path))
+                self._cache[stem] = pd.read_csv(path)
+            else:
+                paths = sorted(self.folder.glob(f"{stem}.csv"))
+                if not paths:
+                    raise FileNotFoundError(2, "missing", str(self.folder / f"{stem}.csv"))
+                self._cache[stem] = pd.concat([pd.read_csv(p).assign(size_class=p.stem.rsplit("_", 1)[1]) for p in paths],
+                                              ignore_index=True)
+        return self._cache[stem]
 
     def __call__(self, stem: str) -> pd.DataFrame:
         "The table `stem` (a `*` pattern: the per-size-class tables, concatenated with a size_class column)."
-        if "*" not in stem:
-            path = self.folder / f"{stem}.csv"
-            if not path.exists():
-                raise FileNotFoundError(2, "missing", str(path))
-            return pd.read_csv(path)
-        paths = sorted(self.folder.glob(f"{stem}.csv"))
-        if not paths:
-            raise FileNotFoundError(2, "missing", str(self.folder / f"{stem}.csv"))
-        return pd.concat([pd.read_csv(p).assign(size_class=p.stem.rsplit("_", 1)[1]) for p in paths], ignore_index=True)
+        t = self.read[stem] = self._stored(stem)
+        if "seed" in t:  # only per-seed tables are subset: the seed is the unit the subsets leave out
+            keep = ~t.seed.isin(self.drop_seeds)
+            if self.part is not None and "part" in t:
+                keep &= t.part == self.part
+            if self.task is not None and "task" in t:
+                keep &= t.task == self.task
+            t = t[keep].reset_index(drop=True)
+        return t
 
     def optional(self, stem: str) -> pd.DataFrame | None:
+        "A table that only adds context (a scale, a readout): read whole, and not a unit of robustness."
         try:
-            return self(stem)
+            return self._stored(stem)
         except FileNotFoundError:
             return None
 
@@ -73,7 +103,8 @@ CLAIMS = [
           "depths (0.385 for 1 -> 2 layers); null: identical depths",
           lambda t: claim_depth_lowers_ppl(t("pretrain_final_ppl"), t.ppl_split)),
     Claim("Petty", "Fig. 3a", "Returns diminish: 1 -> 2 layers gains more perplexity than 2 -> 4",
-          f"(1->2 gain) - (2->4 gain) in ln PPL {SEEDS}, only once the 1->2 gain holds; does not hold below 0.308",
+          f"(1->2 gain) - (2->4 gain) in ln PPL {SEEDS}, the paper's sign (+0.308: the first gain is the larger), only "
+          "once the 1->2 gain holds; holds above 0, does not hold below +0.308",
           lambda t: claim_diminishing_returns(t("pretrain_final_ppl"), t.ppl_split)),
     Claim("Petty", "Fig. 3", "Too narrow hurts: the curve turns up at the deep, narrow end",
           f"ln PPL deepest minus next-deepest {SEEDS}, only where the 1->2 gain holds (an upturn needs an optimum); "
@@ -125,10 +156,15 @@ CLAIMS = [
     Claim("Saunshi", "§3, Table 1", "MIDAS's downstream (primitive) improvement is much larger than its perplexity improvement",
           "one run per method: at most inconclusive; not testable at 0%",
           lambda t: claim_downstream_beyond_ppl(t("midas_table1"), t("midas_table1_paper"))),
-    Claim("Saunshi", "Table 1", "The FLOP speedup is a wall-clock speedup", "measured wall-clock speedup > 1 (one run)",
+    Claim("Saunshi", "Table 1", "The FLOP speedup is a wall-clock speedup",
+          "ln of MIDAS's measured wall-clock speedup minus the looped control's (same depth and steps, no FLOP saved), "
+          "paired per seed, else one run each with the control's deviation from 1x as the error (1 degree of freedom); "
+          "holds above 0, does not hold below ln of the FLOP speedup; a resumed run: not measured, not testable",
           lambda t: claim_wall_clock(t("midas_speedup"))),
-    Claim("Saunshi", "Fig. 2", "MIDAS's layers stay more alike than the baseline's (like a looped model)",
-          "MIDAS higher on every weight type", lambda t: claim_looped_similarity(t("midas_similarity_adjacent"))),
+    Claim("Saunshi", "Fig. 2", "MIDAS's layers stay more alike than GradStack's and the baseline's (like a looped model)",
+          "MIDAS minus GradStack adjacent-layer similarity, mean over weight types, per seed, 95% t-interval; holds above "
+          "0, does not hold below 0 or where MIDAS is not above the baseline on every weight type; one run per method: "
+          "inconclusive", lambda t: claim_looped_similarity(t("midas_similarity_adjacent"))),
     Claim("Saunshi", "§4.1, Fig. 4", "At the same validation loss, MIDAS beats the baseline on the reasoning primitives",
           f"MIDAS minus baseline at matched loss {SEEDS}; not testable at 0%",
           lambda t: claim_isoplots(t("midas_fig4_isoplots"))),
@@ -146,7 +182,8 @@ CLAIMS = [
           lambda t: claim_primitives_ft(t("midas_table7"), t.optional("midas_table7_choice"), t.primitive_n_eval)),
     Claim("Beyond", "MIDAS -> COGS", "MIDAS fine-tunes to better compositional generalization than the baseline",
           f"MIDAS minus baseline per stacking seed (same data order within a seed), 95% t-interval over seeds; "
-          "holds above 0, does not hold below 0; one seed per method: not testable",
+          f"holds above 0, does not hold below 0; one seed per method: not testable; at the floor (the best method's "
+          f"mean at most {pct(FLOOR)}): not testable",
           lambda t: claim_midas_cogs(t("midas_cogs"), t.optional("finetune_accuracy"))),
 ]
 DOWNSTREAM_RULE = ("per method, mean exact match of the task group (final weights) with a binomial 95% interval; holds when "
@@ -167,11 +204,48 @@ def check_claim(claim: Claim, tables: FigureTables) -> tuple[str, str]:
         return str(e), "not testable"
 
 
+def claim_units(read: dict[str, pd.DataFrame]) -> tuple[list, list, list]:
+    "The seeds, parts and tasks of the per-seed tables a claim read."
+    seeded = [t for t in read.values() if "seed" in t]
+    values = lambda col: sorted({v for t in seeded if col in t for v in t[col].dropna().unique()})
+    return values("seed"), values("part"), values("task")
+
+
+def robust_verdict(claim: Claim, tables: FigureTables, verdict: str, unit: str | None = None) -> tuple[str, str]:
+    "A verdict (of one task `unit`, or of the claim) checked without each seed and on each part alone."
+    probe = tables.subset(task=unit)
+    check_claim(claim, probe)
+    seeds, parts, _ = claim_units(probe.read)
+    without = {s: check_claim(claim, tables.subset(drop_seeds={s}, task=unit))[1] for s in seeds} \
+        if verdict in DECIDED else {}
+    alone = {p: check_claim(claim, tables.subset(part=p, task=unit))[1] for p in parts} \
+        if verdict in DECIDED and len(parts) > 1 else {}
+    return robustness(verdict, without, alone)
+
+
+def check_robust(claim: Claim, tables: FigureTables) -> tuple[str, str, str]:
+    """Evidence, verdict and stability of one claim. Where the claim's per-seed tables hold several tasks and its
+    verdict combines theirs, each task's verdict is checked alone (a fragile task does not hide a stable one)."""
+    probe = tables.subset()
+    evidence, verdict = check_claim(claim, probe)
+    if verdict not in DECIDED:
+        return evidence, verdict, "not decided"
+    _, _, tasks = claim_units(probe.read)
+    by_task = {t: check_claim(claim, tables.subset(task=t))[1] for t in tasks} if len(tasks) > 1 else {}
+    if by_task and combine(list(by_task.values())) == verdict:
+        checked = {t: robust_verdict(claim, tables, v, t) for t, v in by_task.items() if v not in UNTESTED}
+        return (evidence, combine([v for v, _ in checked.values()]),
+                "; ".join(f"{TASK_NAMES.get(t, t)}: {why}" for t, (_, why) in checked.items()))
+    verdict, why = robust_verdict(claim, tables, verdict)
+    return evidence, verdict, why
+
+
 def check_claims(tables: FigureTables, claims: list[Claim] = CLAIMS) -> pd.DataFrame:
-    "The fidelity table: every claim with its evidence, verdict and rule."
+    """The fidelity table: every claim with its evidence, verdict, stability (`robustness`: a decided verdict that
+    losing one seed overturns is inconclusive) and rule."""
     rows = []
     for c in claims:
-        evidence, verdict = check_claim(c, tables)
+        evidence, verdict, stability = check_robust(c, tables)
         rows.append(dict(paper=c.paper, where=c.where, claim=c.claim, evidence=f"{evidence} Rule: {c.rule}.",
-                         verdict=verdict, rule=c.rule))
+                         verdict=verdict, stability=stability, rule=c.rule))
     return pd.DataFrame(rows)

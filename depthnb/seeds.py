@@ -14,14 +14,17 @@ import pandas as pd
 from scipy import stats
 
 # %% auto #0
-__all__ = ['LEVEL', 'FLOOR', 'UNTESTED', 'POOLED_SUFFIXES', 'Interval', 't_interval', 'interval_verdict', 'combine', 'spearman',
-           'by_seed', 'depth_contrast', 'depth_trend', 'shuffle_within_seed', 'at_floor', 'pct', 'describe',
-           'permutation_tail', 'between_seed_sd', 'single_run_interval', 'half_width', 'seeds_for_half_width',
-           'seed_spread', 'part_files', 'pool_seed_tables', 'pool_parts']
+__all__ = ['LEVEL', 'FLOOR', 'RUNS_NEEDED', 'DECIDED', 'UNTESTED', 'POOLED_SUFFIXES', 'Interval', 't_interval',
+           'interval_verdict', 'combine', 'spearman', 'by_seed', 'depth_contrast', 'depth_trend', 'shuffle_within_seed',
+           'best_mean', 'at_floor', 'pct', 'describe', 'permutation_tail', 'between_seed_sd', 'single_run_interval',
+           'half_width', 'seeds_for_half_width', 'seed_spread', 'seed_list', 'robustness', 'part_files',
+           'pool_seed_tables', 'pool_parts']
 
 # %% ../nbs/08b_seeds.ipynb #32d5ca55
 LEVEL = 0.95  # every interval of the report
-FLOOR = 0.05  # exact match at or below this is "at the floor" (and "near zero" for structural generalization)
+FLOOR = 0.05  # the one floor of every accuracy claim (`at_floor`), and "near zero" for structural generalization
+RUNS_NEEDED = 3  # runs per method before a comparison of methods is decided by an interval over its runs
+DECIDED = ("holds", "does not hold", "mixed")  # the verdicts a robustness check can overturn
 UNTESTED = ("not testable", "not reproducible here")
 
 
@@ -106,9 +109,15 @@ def shuffle_within_seed(df: pd.DataFrame, rng: np.random.Generator, by: str = "n
     return out
 
 
-def at_floor(acc: pd.DataFrame, value: str = "accuracy") -> bool:
-    "Whether every depth's mean accuracy over seeds is at most FLOOR."
-    return bool(acc.groupby("n_layers")[value].mean().max() <= FLOOR)
+def best_mean(acc: pd.DataFrame, value: str = "accuracy", by: str = "n_layers") -> float:
+    "The best model group's (a depth, a method) mean of `value` over seeds (and tasks, where the rows hold several)."
+    return float(acc.groupby(by)[value].mean().max())
+
+
+def at_floor(acc: pd.DataFrame, value: str = "accuracy", by: str = "n_layers") -> bool:
+    """The floor of every accuracy claim, defined here once: the best model group's (`by`: a depth, a method) mean
+    accuracy (a fraction) over seeds is at most FLOOR."""
+    return bool(best_mean(acc, value, by) <= FLOOR)
 
 # %% ../nbs/08b_seeds.ipynb #95a754be
 def pct(x: float) -> str:
@@ -183,6 +192,31 @@ def seed_spread(acc: pd.DataFrame, level: float = LEVEL) -> pd.DataFrame:
                          trend_sd=trend.std(ddof=1), direct_dof=len(t) - 1, model_sd=model_sd, pooled_dof=dof,
                          pooled_contrast_sd=np.sqrt(2) * model_sd, pooled_contrast_sd_upper=np.sqrt(2) * upper))
     return pd.DataFrame(rows)
+
+# %% ../nbs/08b_seeds.ipynb #b32314e7
+def seed_list(seeds) -> str:
+    "Seeds in words: 3; 3 or 7; 1, 3 or 7."
+    seeds = [str(s) for s in seeds]
+    return seeds[0] if len(seeds) == 1 else f"{', '.join(seeds[:-1])} or {seeds[-1]}"
+
+
+def robustness(full: str, without: dict, parts: dict | None = None) -> tuple[str, str]:
+    """The verdict and its stability: `full` the verdict on every seed, `without` the verdict with each seed left out
+    (seed -> verdict), `parts` each part's verdict alone. A decided verdict that any leave-one-out subset changes
+    becomes inconclusive, the seeds that flip it named; undecided verdicts are returned as they are."""
+    if full not in DECIDED:
+        return full, "not decided"
+    part_text = ("; each part alone: " + ", ".join(f"{p} {v}" for p, v in parts.items())) if parts else ""
+    if not without:
+        return full, "no seeds to leave out (one run per model)" + part_text
+    flips: dict[str, list] = {}
+    for seed, verdict in without.items():
+        if verdict != full:
+            flips.setdefault(verdict, []).append(seed)
+    if not flips:
+        return full, f"stable: {full} without any one of its {len(without)} seeds" + part_text
+    reason = "; ".join(f"without seed {seed_list(s)}: {v}" for v, s in flips.items())
+    return "inconclusive", f"fragile ({full} on every seed): {reason}" + part_text
 
 # %% ../nbs/08b_seeds.ipynb #7c2bca53
 POOLED_SUFFIXES = (".csv", ".md", ".png", ".pdf", ".txt")  # the files of a table or a figure
