@@ -23,7 +23,8 @@ from .runs import (atomic_write, is_done, load_model, read_config, read_metrics,
                           stack_finetune_run_dir, stack_run_dir)
 from .stacking import measured_speedup, read_stack_run
 from .train import run_parallel
-from .seeds import combine
+from .seeds import (FLOOR, RUNS_NEEDED, Interval, at_floor, best_mean, combine, describe, interval_verdict,
+                           t_interval)
 
 # %% auto #0
 __all__ = ['TABLE1_PAPER', 'GROUP_TITLES', 'TABLE2_PAPER', 'TABLE2_COLUMNS', 'TABLE3_PAPER', 'TABLE4_PAPER', 'TABLE5_PAPER',
@@ -452,9 +453,14 @@ def _mean_and_se(g: pd.DataFrame) -> tuple[float, float]:
 
 
 def _floor(rows: pd.DataFrame) -> str | None:
-    "Why the rows carry no signal (every accuracy 0), with the 95% upper bound that leaves; None if some are above 0."
+    """Why the rows carry no signal, or None: at the floor of every accuracy claim (`seeds.at_floor`: the best method's
+    mean exact match at most FLOOR); where every answer is wrong, with the 95% upper bound that leaves."""
     if (rows.accuracy > 0).any():
-        return None
+        if not at_floor(rows, by="method"):
+            return None
+        return (f"every method is at the floor on {rows.task.nunique()} task(s) ({', '.join(dict.fromkeys(rows.title))}): "
+                f"the best method's mean exact match is {100 * best_mean(rows, by='method'):.1f}%, at most "
+                f"{100 * FLOOR:.0f}%")
     n = int(rows.n.min())
     return (f"every method scores 0 of {n}{'+' if rows.n.nunique() > 1 else ''} examples on each of "
             f"{rows.task.nunique()} task(s) ({', '.join(dict.fromkeys(rows.title))}), which bounds each accuracy "
@@ -462,33 +468,70 @@ def _floor(rows: pd.DataFrame) -> str | None:
             "there is no guessing baseline to compare with")
 
 
-def _gap(results: pd.DataFrame, better: str = "midas", worse: str = "baseline") -> tuple[float, float, str]:
-    "(difference of the two methods' group accuracy, its 95% half-width, the numbers as text) over the tasks both scored."
+def _seeded(rows: pd.DataFrame) -> pd.DataFrame:
+    "Rows with a `seed` column (one run per method, seed 0, where the table has none)."
+    return rows if "seed" in rows else rows.assign(seed=0)
+
+
+def _runs(rows: pd.DataFrame, methods=("baseline", "midas")) -> int:
+    "The fewest runs (seeds) any of `methods` has among `rows`."
+    r = _seeded(rows)
+    return min(int(r[r.method == m].seed.nunique()) for m in methods)
+
+
+def _too_few_runs(rows: pd.DataFrame, methods=("baseline", "midas")) -> str | None:
+    "Why a comparison of methods is not decided: fewer than RUNS_NEEDED runs per method (None if enough)."
+    n = _runs(rows, methods)
+    if n >= RUNS_NEEDED:
+        return None
+    return (f"{n} run(s) per method: a comparison of methods needs at least {RUNS_NEEDED} runs per method and an "
+            "interval over them (the binomial interval above is over evaluation examples of one model each)")
+
+
+def _per_seed_gap(a: pd.DataFrame, b: pd.DataFrame) -> Interval:
+    "Per seed, `a`'s group accuracy (mean over the tasks both scored) minus `b`'s, with its t-interval over seeds."
+    a, b = _seeded(a), _seeded(b)
+    both = sorted(set(a.task) & set(b.task))
+    mean = lambda r: r[r.task.isin(both)].groupby("seed").accuracy.mean()
+    return t_interval((mean(a) - mean(b)).dropna())
+
+
+def _gap(results: pd.DataFrame, better: str = "midas", worse: str = "baseline") -> tuple[Interval | None, str]:
+    """(the per-seed interval of the two methods' group accuracy difference, None with too few runs; the numbers as
+    text: the means and, for scale, the binomial interval over the tasks both scored)."""
     a, b = (results[(results.method == m) & results.accuracy.notna()] for m in (better, worse))
     both = sorted(set(a.task) & set(b.task))
     (ma, sa), (mb, sb) = _mean_and_se(a[a.task.isin(both)]), _mean_and_se(b[b.task.isin(both)])
     diff, half = ma - mb, 1.96 * float(np.hypot(sa, sb))
-    return diff, half, (f"{better} {100 * ma:.1f}% vs {worse} {100 * mb:.1f}% ({100 * diff:+.1f} points, 95% interval "
-                        f"[{100 * (diff - half):+.1f}, {100 * (diff + half):+.1f}], {len(both)} task(s))")
+    text = (f"{better} {100 * ma:.1f}% vs {worse} {100 * mb:.1f}% ({100 * diff:+.1f} points, binomial 95% interval "
+            f"[{100 * (diff - half):+.1f}, {100 * (diff + half):+.1f}], {len(both)} task(s))")
+    if (why := _too_few_runs(pd.concat([a, b]), (better, worse))) is not None:
+        return None, f"{text}; {why}"
+    iv = _per_seed_gap(a, b)
+    return iv, f"{text}; per seed {describe(iv)}"
 
 
-def _ahead(diff: float, half: float) -> str:
-    "holds if the interval is above 0, inconclusive if it spans 0 with a positive difference, else does not hold."
-    return "holds" if diff - half > 0 else "inconclusive" if diff > 0 else "does not hold"
+def _ahead(iv: Interval, effect: float | None = None) -> str:
+    "holds if the per-seed interval is above 0, does not hold if below the paper's effect (else 0), else inconclusive."
+    return interval_verdict(iv, effect)
 
 
 def _losses(results: pd.DataFrame) -> str:
     if "val_loss" not in results or results.val_loss.isna().all():
         return ""
     loss = results.groupby("method").val_loss.first()
-    return " Validation loss " + ", ".join(f"{m} {v:.3f}" for m, v in loss.items()) + "."
+    return " Validation loss " + ", ".join(f"{m} {v:.4f}" for m, v in loss.items()) + "."
+
+
+def _paper_gaps(column: str) -> pd.Series:
+    "The paper's Table 1 MIDAS rows minus their model's baseline in `column` (points)."
+    paper = table1_paper()
+    base = paper[paper.method == "Baseline"].set_index("model")[column]
+    return paper[paper.method == "MIDAS"].pipe(lambda m: m[column] - m.model.map(base))
 
 
 def _paper_gap(column: str) -> str:
-    "The paper's Table 1 MIDAS rows minus their model's baseline in `column`."
-    paper = table1_paper()
-    base = paper[paper.method == "Baseline"].set_index("model")[column]
-    gaps = paper[paper.method == "MIDAS"].pipe(lambda m: m[column] - m.model.map(base))
+    gaps = _paper_gaps(column)
     return f"{gaps.mean():+.1f} points on average ({gaps.min():+.1f} to {gaps.max():+.1f}, {len(gaps)} MIDAS rows)"
 
 
@@ -499,7 +542,7 @@ def _methods_missing(results: pd.DataFrame, methods=("baseline", "midas")) -> st
 
 
 def _group_claim(results: pd.DataFrame, group: str, calculator: bool, verdict) -> tuple[str, str]:
-    "Evidence and verdict comparing MIDAS with the baseline on one group; `verdict(diff, half)` reads the gap."
+    "Evidence and verdict comparing MIDAS with the baseline on one group; `verdict(interval, paper_gap)` reads the gap."
     if (why := _methods_missing(results)) is not None:
         return why, "not testable"
     rows = _setting(results[(results.group == group) & results.method.isin(["baseline", "midas"])], calculator)
@@ -510,8 +553,10 @@ def _group_claim(results: pd.DataFrame, group: str, calculator: bool, verdict) -
     tail = (f" Not scored here: {absent}." if absent else "") + _losses(results) + f" {paper}"
     if (floor := _floor(scored)) is not None:
         return floor[0].upper() + floor[1:] + "." + tail, "not testable"
-    diff, half, text = _gap(scored)
-    return f"{GROUP_TITLES[group]}: {text}.{tail}", verdict(diff, half)
+    iv, text = _gap(scored)
+    if iv is None:
+        return f"{GROUP_TITLES[group]}: {text}.{tail}", "not testable"
+    return f"{GROUP_TITLES[group]}: {text}.{tail}", verdict(iv, float(_paper_gaps(_TABLE1_COLUMNS[group]).mean()) / 100)
 
 
 def _claim_open_book(results: pd.DataFrame, iso: pd.DataFrame | None = None) -> tuple[str, str]:
@@ -522,18 +567,27 @@ def _claim_math_word_problems(results: pd.DataFrame, iso: pd.DataFrame | None = 
     return _group_claim(results, "math", True, _ahead)
 
 
+def _not_improved(iv: Interval, margin: float) -> str:
+    """Closed-book QA does not improve: does not hold if the interval lies above 0 (MIDAS improves it); holds if it lies
+    below `margin`, the paper's mean open-book gain (any improvement is smaller than one the paper calls one)."""
+    if not iv.decided:
+        return "inconclusive"
+    return "does not hold" if iv.lo > 0 else "holds" if iv.hi < margin else "inconclusive"
+
+
 def _claim_closed_book(results: pd.DataFrame, iso: pd.DataFrame | None = None) -> tuple[str, str]:
-    "Closed-book QA (memorization) does not improve: holds if MIDAS is not ahead, does not hold if it is beyond the interval."
-    return _group_claim(results, "closed_book_qa", False,
-                        lambda d, h: "holds" if d <= 0 else "inconclusive" if d - h <= 0 else "does not hold")
+    "Closed-book QA (memorization) does not improve, against the paper's open-book gain as the margin."
+    margin = float(_paper_gaps(_TABLE1_COLUMNS["open_book_qa"]).mean()) / 100
+    return _group_claim(results, "closed_book_qa", False, lambda iv, _: _not_improved(iv, margin))
 
 
 def _claim_isoplots(results: pd.DataFrame, iso: pd.DataFrame | None) -> tuple[str, str]:
     """At the same validation loss (the baseline's accuracy interpolated at MIDAS's snapshot losses, where the two runs'
-    losses overlap), MIDAS lies above the baseline on open-book QA and math word problems."""
+    losses overlap, within a seed), MIDAS lies above the baseline on open-book QA and math word problems."""
     paper = "Paper (Fig. 4, 1B, Prop-2): MIDAS and the baseline diverge at equal log-perplexity, differently per group."
     if iso is None or iso.empty:
         return f"no isoplot points at this preset. {paper}", "not testable"
+    iso = _seeded(iso)
     parts, verdicts = [], []
     for group in ("open_book_qa", "math", "closed_book_qa"):
         g = iso[iso.group == group]
@@ -542,21 +596,31 @@ def _claim_isoplots(results: pd.DataFrame, iso: pd.DataFrame | None) -> tuple[st
             parts.append(f"{GROUP_TITLES[group]}: no points ({why or 'not scored'})")
             verdicts.append("not reproducible here" if why else "not testable")
             continue
-        if not (g.accuracy > 0).any():
-            parts.append(f"{GROUP_TITLES[group]}: 0% for both methods at every snapshot")
+        if at_floor(g, by=["method", "step"]):
+            parts.append(f"{GROUP_TITLES[group]}: at the floor for both methods at every snapshot (at most "
+                         f"{100 * FLOOR:.0f}%)")
             verdicts.append("not testable")
             continue
-        base = g[g.method == "baseline"].sort_values("val_loss")
-        mid = g[(g.method == "midas") & g.val_loss.between(base.val_loss.min(), base.val_loss.max())]
-        if mid.empty:
+        gaps = {}
+        for seed, h in g.groupby("seed"):
+            base = h[h.method == "baseline"].sort_values("val_loss")
+            mid = h[(h.method == "midas") & h.val_loss.between(base.val_loss.min(), base.val_loss.max())]
+            if not mid.empty:
+                gaps[seed] = float((mid.accuracy - np.interp(mid.val_loss, base.val_loss, base.accuracy)).mean())
+        if not gaps:
             parts.append(f"{GROUP_TITLES[group]}: the two runs' validation losses do not overlap")
             verdicts.append("not testable")
             continue
-        gap = float((mid.accuracy - np.interp(mid.val_loss, base.val_loss, base.accuracy)).mean())
-        parts.append(f"{GROUP_TITLES[group]}: MIDAS {100 * gap:+.1f} points above the baseline at equal loss "
-                     f"({len(mid)} MIDAS snapshots)")
+        iv = t_interval(list(gaps.values()))
+        text = f"{GROUP_TITLES[group]}: MIDAS {100 * iv.mean:+.1f} points above the baseline at equal loss"
+        if (why := _too_few_runs(g)) is not None:
+            parts.append(f"{text}; {why}")
+            verdict = "not testable"
+        else:
+            parts.append(f"{text}, per seed {describe(iv)}")
+            verdict = interval_verdict(iv)
         if group != "closed_book_qa":  # the claim is about the reasoning groups; closed-book QA is shown beside
-            verdicts.append("holds" if gap > 0 else "does not hold")
+            verdicts.append(verdict)
     return "; ".join(parts) + f". {paper}", combine(verdicts)
 
 
@@ -573,10 +637,16 @@ def _claim_tydiqa_context(results: pd.DataFrame, iso: pd.DataFrame | None = None
         return _absent(rows, paper_text, "TyDi QA was not scored at this preset")
     if (floor := _floor(rows)) is not None:
         return f"{floor[0].upper() + floor[1:]}. {paper_text}", "not testable"
-    d_ctx, h_ctx, with_text = _gap(rows[rows.task == "tydiqa_goldp"])
-    d_no, h_no, without_text = _gap(rows[rows.task == "tydiqa_nocontext"])
-    return (f"with context: {with_text}; without: {without_text}. {paper_text}",
-            _ahead(d_ctx - d_no, float(np.hypot(h_ctx, h_no))))
+    _, with_text = _gap(rows[rows.task == "tydiqa_goldp"])
+    _, without_text = _gap(rows[rows.task == "tydiqa_nocontext"])
+    text = f"with context: {with_text}; without: {without_text}"
+    if (why := _too_few_runs(rows)) is not None:
+        return f"{text}. {paper_text}", "not testable"
+    r = _seeded(rows)
+    per = r.pivot_table(index="seed", columns=["task", "method"], values="accuracy")
+    iv = t_interval(((per["tydiqa_goldp"].midas - per["tydiqa_goldp"].baseline)
+                     - (per["tydiqa_nocontext"].midas - per["tydiqa_nocontext"].baseline)).dropna())
+    return f"{text}; gain with minus without, per seed, {describe(iv)}. {paper_text}", interval_verdict(iv)
 
 
 def _claim_calculator(results: pd.DataFrame, iso: pd.DataFrame | None = None) -> tuple[str, str]:
@@ -597,10 +667,16 @@ def _claim_calculator(results: pd.DataFrame, iso: pd.DataFrame | None = None) ->
             parts.append(f"{method} {GROUP_TITLES[group]}: scored {'with' if without.empty else 'without'} the calculator only")
             verdicts.append("not testable")
             continue
-        (m1, s1), (m0, s0) = _mean_and_se(with_calc), _mean_and_se(without)
-        diff, half = m1 - m0, 1.96 * float(np.hypot(s1, s0))
-        parts.append(f"{method} {GROUP_TITLES[group]} {100 * m0:.1f}% -> {100 * m1:.1f}% ({100 * diff:+.1f} points)")
-        verdicts.append(_ahead(diff, half))
+        text = (f"{method} {GROUP_TITLES[group]} {100 * without.accuracy.mean():.1f}% -> "
+                f"{100 * with_calc.accuracy.mean():.1f}%")
+        runs = _seeded(g).seed.nunique()
+        if runs < RUNS_NEEDED:
+            parts.append(f"{text} ({runs} run(s): at least {RUNS_NEEDED} and an interval over them are needed)")
+            verdicts.append("not testable")
+            continue
+        iv = _per_seed_gap(with_calc, without)
+        parts.append(f"{text}, per seed {describe(iv)}")
+        verdicts.append(interval_verdict(iv))
     return "; ".join(parts) + f". {paper_text}.", combine(verdicts)
 
 
@@ -621,9 +697,9 @@ def _claim_gsm8k_finetuned(results: pd.DataFrame, iso: pd.DataFrame | None = Non
         return f"{floor[0].upper() + floor[1:]}, with and without the calculator. {paper_text}.", "not testable"
     parts, verdicts = [], []
     for calc, g in scored.groupby("calculator"):
-        diff, half, text = _gap(g)
+        iv, text = _gap(g)
         parts.append(f"{'with' if calc else 'without'} calculator: {text}")
-        verdicts.append(_ahead(diff, half))
+        verdicts.append("not testable" if iv is None else _ahead(iv))
     return "; ".join(parts) + f". {paper_text}.", combine(verdicts)
 
 
