@@ -179,6 +179,8 @@ def train_loop(run_dir: Path | str, model: DecoderLM, optimizer: torch.optim.Opt
     metrics = MetricsLog(run_dir)
     if info.main:
         metrics.truncate(begin)
+        if last_ckpt is not None:  # where a resumed call's training starts: the first step it trains is `begin + 1`
+            metrics.write(kind="resume", step=begin)
     forward, params = hooks.wrap(model), list(model.parameters())
     bar = tqdm(total=schedule.stop, initial=begin, disable=not (progress and info.main), desc=desc or run_dir.name,
                dynamic_ncols=True, leave=False)

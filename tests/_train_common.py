@@ -1,10 +1,15 @@
 """Shared settings of the trainer tests, imported by the tests and by the scripts they run as subprocesses."""
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import replace
+from pathlib import Path
+
+import torch
 
 from depthnb.config import DataConfig, ModelConfig, PretrainConfig, override
+from depthnb.runs import load_model
 
 # A small slice of the real pretraining corpus: tokenizer and packed blocks are cached by the data module.
 TEST_DATA = DataConfig(corpus="enwiki", max_train_docs=400, eval_sets=("enwiki_valid",), vocab_size=512,
@@ -52,3 +57,32 @@ class DataHook:
         if self.sleep:
             time.sleep(self.sleep)
         return self._train.batch(step, batch_size, rank, world)
+
+
+# Fields that measure time: the only ones a resumed run's records may differ in from the uninterrupted run's.
+TIMINGS = {"tokens_per_s", "examples_per_s", "elapsed_s", "mfu", "seconds", "wall_s", "train_s", "grow_s"}
+
+
+def records(run_dir: Path, kinds=("train", "eval", "snapshot")) -> list[dict]:
+    "The records of `kinds` in `run_dir/metrics.jsonl`, in order, without their timing fields."
+    lines = (Path(run_dir) / "metrics.jsonl").read_text().splitlines()
+    return [{k: v for k, v in r.items() if k not in TIMINGS} for r in map(json.loads, lines) if r.get("kind") in kinds]
+
+
+def resumed_from(run_dir: Path) -> list[int]:
+    "The checkpoint steps the run's calls resumed from (its `resume` records: the first step each trained is the next)."
+    return [r["step"] for r in records(run_dir, ("resume",))]
+
+
+def assert_resumed_like(run: Path, reference: Path, at: list[int], kinds=("train", "eval", "snapshot")):
+    """`run` resumed from the checkpoints of steps `at` (and from no other), and every record of `kinds` it wrote, and
+    the weights of every snapshot it kept, equal those of the uninterrupted run `reference` (timings aside)."""
+    assert resumed_from(run) == at, f"{run} resumed from steps {resumed_from(run)}, expected {at}"
+    got, want = records(run, kinds), records(reference, kinds)
+    assert got == want, next((f"record {i}: {g} != {w}" for i, (g, w) in enumerate(zip(got, want)) if g != w),
+                             f"{len(got)} records != {len(want)}")
+    snaps = [r["path"] for r in got if r["kind"] == "snapshot"]
+    assert snaps, f"{run}: no snapshot records to compare"
+    for rel in snaps:
+        a, b = load_model(Path(run) / rel).state_dict(), load_model(Path(reference) / rel).state_dict()
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), f"snapshot {rel} differs"

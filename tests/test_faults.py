@@ -17,9 +17,9 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _train_common import small_config, small_data  # noqa: E402
+from _train_common import assert_resumed_like, small_config, small_data  # noqa: E402
 
-from depthnb.runs import load_model, read_metrics  # noqa: E402
+from depthnb.runs import latest_checkpoint, load_model, read_metrics  # noqa: E402
 from depthnb.train import cli_pretrain, pretrain  # noqa: E402
 
 SCRIPT = Path(__file__).parent / "_pretrain_script.py"
@@ -46,10 +46,15 @@ def test_sigkill_halfway_through_a_write_then_rerun_is_bit_identical(fault, refe
     killed = subprocess.run([sys.executable, str(SCRIPT), str(run), "--kill-in", fault], env=ENV, capture_output=True)
     assert killed.returncode == -9, killed.stderr.decode()[-2000:]
     assert not (run / "DONE").exists()
+    # killed writing the step-20 checkpoint: the step-10 one is the newest good one; killed writing the step-25
+    # record: the step-20 checkpoint is
+    kept = {"checkpoint": 10, "metrics": 20}[fault]
+    assert latest_checkpoint(run)[1]["step"] == kept
     subprocess.run([sys.executable, str(SCRIPT), str(run)], env=ENV, check=True, capture_output=True)
     assert identical_weights(run, reference)
     steps = read_metrics(run, "train").step.tolist()
     assert steps == sorted(set(steps)) == read_metrics(reference, "train").step.tolist()
+    assert_resumed_like(run, reference, at=[kept])  # trained on from there, and wrote what the reference wrote
     assert not list(run.rglob(".*.tmp*")), "temporary files left behind"
 
 
@@ -124,9 +129,15 @@ def test_reproduce_killed_in_a_notebook_then_rerun_is_bit_identical(tmp_path):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
     killed.wait()
+    interrupted = {ckpt.parent.parent: None for ckpt in runs.glob("tiny/pretrain/*/*/checkpoints/*.pt")
+                   if not (ckpt.parent.parent / "DONE").exists()}
+    interrupted = {run: latest_checkpoint(run)[1]["step"] for run in interrupted}
+    assert interrupted, "no pretraining run was interrupted after a checkpoint"
     rerun = _reproduce(runs, tmp_path / "figures")
     assert rerun.wait(900) == 0, rerun.stderr.read().decode()[-3000:]
     finals = sorted(p.relative_to(tmp_path / "ref_runs") for p in (tmp_path / "ref_runs").rglob("pretrain/*/*/final.pt"))
     assert len(finals) == 2
     for final in finals:
         assert identical_weights(tmp_path / "ref_runs" / final, runs / final), final
+    for run, step in interrupted.items():  # each interrupted run went on from its newest good checkpoint
+        assert_resumed_like(run, tmp_path / "ref_runs" / run.relative_to(runs), at=[step])

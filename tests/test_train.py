@@ -2,6 +2,7 @@
 NaN stop, and 2-process data parallelism equal to 1 process (CPU, gloo)."""
 import math
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -12,7 +13,7 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _train_common import Crash, DataHook, small_config, small_data  # noqa: E402
+from _train_common import Crash, DataHook, assert_resumed_like, resumed_from, small_config, small_data  # noqa: E402
 
 from depthnb.model import DecoderLM  # noqa: E402
 from depthnb.runs import ConfigMismatchError, is_done, latest_checkpoint, load_model, read_metrics  # noqa: E402
@@ -83,8 +84,9 @@ def test_resume_after_sigkill_is_bit_identical(reference, tmp_path):
     assert out.returncode == 0, out.stdout + out.stderr
     assert f"resuming from step_{step:08d}.pt" in out.stdout
     assert_same_weights(load_model(run), load_model(reference))
-    # every step is logged once, with the same losses as the uninterrupted run
-    assert read_metrics(run, "train").loss.tolist() == read_metrics(reference, "train").loss.tolist()
+    # the rerun trained from the checkpoint's step on, and logged every step once, with the same train and eval
+    # records and the same snapshots as the uninterrupted run
+    assert_resumed_like(run, reference, at=[step])
 
 
 def test_corrupt_newest_checkpoint_is_skipped(data, reference, tmp_path):
@@ -99,6 +101,38 @@ def test_corrupt_newest_checkpoint_is_skipped(data, reference, tmp_path):
     assert any("step_00000020.pt" in m and "mismatch" in m for m in msgs)
     assert any("resuming from step_00000010.pt" in m for m in msgs)
     assert_same_weights(load_model(run), load_model(reference))
+    assert_resumed_like(run, reference, at=[10])
+
+
+def noisy_model(config, p: float = 0.1) -> DecoderLM:
+    """`config`'s initial model (seeded as `pretrain` seeds it) with dropout on its embeddings in training: the mask
+    from torch's global generator, its rate from Python's (`random`), so every step draws from both; both seeded here."""
+    torch.manual_seed(config.seed)
+    random.seed(config.seed)
+    model = DecoderLM(config.model)
+
+    def dropout(module, args, out):
+        return torch.nn.functional.dropout(out, p * (0.5 + random.random()), training=True) if module.training else out
+    model.embed.register_forward_hook(dropout)
+    return model
+
+
+def test_resume_restores_every_random_generator(data, reference, tmp_path):
+    """A run that draws from the global generators at every step resumes exactly only if its checkpoint restores them:
+    interrupted at step 25, rerun from the step-20 checkpoint (the process's generators elsewhere by then)."""
+    torch.set_num_threads(1)
+    cfg = small_config()
+    pretrain(cfg, tmp_path / "whole", init_model=noisy_model(cfg), data=data, progress=False, log=lambda *a: None)
+    # dropout does change the run: the noisy and the plain run part ways
+    assert read_metrics(tmp_path / "whole", "train").loss.tolist() != read_metrics(reference, "train").loss.tolist()
+    run = tmp_path / "resumed"
+    with pytest.raises(Crash):
+        pretrain(cfg, run, init_model=noisy_model(cfg), data=DataHook(data, crash_at=25), progress=False,
+                 log=lambda *a: None)
+    # the rerun's model is built and both generators seeded afresh: only the checkpoint has their states at step 20
+    pretrain(cfg, run, init_model=noisy_model(cfg), data=data, progress=False, log=lambda *a: None)
+    assert_same_weights(load_model(run), load_model(tmp_path / "whole"))
+    assert_resumed_like(run, tmp_path / "whole", at=[20])
 
 
 def test_config_mismatch_is_refused(reference, data):
@@ -155,6 +189,7 @@ def test_stages_continue_one_schedule(reference, data, tmp_path):
                       start_step=20, data=data, progress=False)
     assert_same_weights(second, load_model(reference))
     assert read_metrics(tmp_path / "stage2", "train").step.tolist() == [25, 30, 35, 40]
+    assert resumed_from(tmp_path / "stage2") == []  # a stage starts from what it is handed, not from a checkpoint
     with pytest.raises(ValueError, match="init_model's config differs"):
         pretrain(small_config(), tmp_path / "stage3", init_model=DecoderLM(small_config(**{"model.n_layers": 3}).model),
                  start_step=20, data=data, progress=False)
