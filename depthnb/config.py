@@ -13,12 +13,16 @@ from dataclasses import dataclass, field, fields, is_dataclass, replace
 from typing import Any
 
 # %% auto #0
-__all__ = ['LLAMA_MIXTURE', 'UL2_RESERVED_IDS', 'STACK_METHODS', 'STACK_RUNS', 'ModelConfig', 'check_choice', 'check_range',
-           'DataConfig', 'PretrainConfig', 'reserved_ids', 'FinetuneConfig', 'check_block_size', 'StackConfig',
-           'PrimitiveConfig', 'SizeClass', 'Preset', 'field_names', 'parse_value', 'override', 'to_dict', 'from_dict',
-           'config_diff']
+__all__ = ['BAND_IMPLS', 'LLAMA_MIXTURE', 'UL2_RESERVED_IDS', 'STACK_METHODS', 'STACK_RUNS', 'ModelConfig', 'check_choice',
+           'check_range', 'DataConfig', 'PretrainConfig', 'reserved_ids', 'FinetuneConfig', 'check_block_size',
+           'StackConfig', 'PrimitiveConfig', 'SizeClass', 'Preset', 'field_names', 'parse_value', 'override', 'to_dict',
+           'from_dict', 'config_diff']
 
 # %% ../nbs/00_config.ipynb #d3b67e83
+# band attention (nbs/02f_band.ipynb) with the fused kernel named after "band-"; on the CPU, SDPA's CPU kernel
+BAND_IMPLS = ("band-flex", "band-cudnn", "band-efficient")
+
+
 @dataclass
 class ModelConfig:
     "Shape and options of one `DecoderLM`."
@@ -36,11 +40,12 @@ class ModelConfig:
     share_layers: bool = False  # one set of layer weights applied n_layers times (looped model)
     norm_eps: float = 1e-6
     init_std: float = 0.02
-    attn_impl: str = "sdpa"  # "sdpa" (any device) or "flex" (FlexAttention, CUDA)
+    # "sdpa" (any device), "flex" (FlexAttention, CUDA) or a BAND_IMPLS kernel (band attention, nbs/02f_band.ipynb)
+    attn_impl: str = "sdpa"
 
     def __post_init__(self):
         check_choice("ModelConfig.pos_emb", self.pos_emb, ("t5", "rope"))
-        check_choice("ModelConfig.attn_impl", self.attn_impl, ("sdpa", "flex"))
+        check_choice("ModelConfig.attn_impl", self.attn_impl, ("sdpa", "flex", *BAND_IMPLS))
         for name in ("d_model", "d_attn", "n_heads", "d_ff", "n_layers", "n_vocab", "n_ctx"):
             check_range(f"ModelConfig.{name}", getattr(self, name), lo=1)
         if self.d_attn % self.n_heads:

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -16,13 +17,15 @@ from tqdm.auto import tqdm
 from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex_attention
 from torch.utils.checkpoint import checkpoint
 
-from .config import ModelConfig
+from .band import KERNELS, band_attention, band_width, cpu_kernel
+from .config import BAND_IMPLS, ModelConfig
 
 # %% auto #0
 __all__ = ['CAUSAL', 'CAUSAL_SPLIT_MIN_LEN', 'relative_position_bucket', 'RelativePositionBias', 'rope_rotate', 'KVCache',
-           'FlexMask', 'PrefixMask', 'flex_attend', 'softmax_attention', 'causal_attention', 'attend', 'project',
-           'Attention', 'GatedFFN', 'Layer', 'DecoderLM', 'attention_mask_bias', 'cache_masks', 'causal_block_mask',
-           'prefix_block_mask', 'flex_mask', 'layer_mask', 'cross_entropy', 'extra_params', 'generate_many']
+           'FlexMask', 'BandMask', 'PrefixMask', 'flex_attend', 'softmax_attention', 'causal_attention', 'attend',
+           'project', 'Attention', 'GatedFFN', 'Layer', 'DecoderLM', 'attention_mask_bias', 'cache_masks',
+           'causal_block_mask', 'prefix_block_mask', 'flex_mask', 'band_mask', 'layer_mask', 'cross_entropy',
+           'extra_params', 'generate_many']
 
 # %% ../nbs/02_model.ipynb #d9e2b4dd
 def relative_position_bucket(distance: torch.Tensor, n_buckets: int = 32, max_distance: int = 128) -> torch.Tensor:
@@ -106,6 +109,14 @@ class FlexMask:
 
 
 @dataclass
+class BandMask:
+    "What band attention needs: the shifted bias on its band (n_heads, W), the kernel, and (flex) the causal `BlockMask`."
+    band: torch.Tensor
+    kernel: object
+    block_mask: BlockMask | None = None
+
+
+@dataclass
 class PrefixMask:
     "An additive mask (b, h|1, t, t) under which each sequence's prefix attends both ways: not causal, so never split."
     bias: torch.Tensor
@@ -152,10 +163,12 @@ def causal_attention(q, k, v, mask: torch.Tensor) -> torch.Tensor:
 
 
 def attend(q, k, v, mask) -> torch.Tensor:
-    """Attention of q over k, v (b, h, t, d) under `mask`: additive tensor or None, `CAUSAL`, `FlexMask` or
-    `PrefixMask`. A tensor mask is causal, as the model's are: query i of the last t positions never sees a later key."""
+    """Attention of q over k, v (b, h, t, d) under `mask`: additive tensor or None, `CAUSAL`, `FlexMask`,
+    `BandMask` or `PrefixMask`. A tensor mask is causal, as the model's are: query i of the last t positions never sees a later key."""
     if isinstance(mask, FlexMask):
         return flex_attend(q, k, v, mask)
+    if isinstance(mask, BandMask):
+        return band_attention(q, k, v, mask.band, mask.kernel, mask.block_mask)
     if isinstance(mask, str):
         return F.scaled_dot_product_attention(q, k, v, is_causal=True)
     if isinstance(mask, PrefixMask):  # prefix queries see later keys: the causal split below would drop them
@@ -252,6 +265,7 @@ class DecoderLM(nn.Module):
         self.norm = nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)
         self.lm_head = nn.Linear(cfg.d_model, cfg.n_vocab, bias=False)
         self.checkpoint_layers = False  # set by the trainer (PretrainConfig.activation_checkpointing)
+        self.band_width = self._band_width()
         self.apply(self._init_weights)
 
     def _init_weights(self, module):
@@ -261,6 +275,19 @@ class DecoderLM(nn.Module):
         for name in ("o", "wo"):
             if isinstance(getattr(module, name, None), nn.Linear):
                 nn.init.normal_(getattr(module, name).weight, mean=0.0, std=std / math.sqrt(2 * self.cfg.n_layers))
+
+    def _band_width(self) -> int | None:
+        "The band of the shifted bias for `attn_impl='band-*'`, checked for every distance below n_ctx (None: dense path)."
+        cfg = self.cfg
+        if cfg.attn_impl not in BAND_IMPLS or self.rel_bias is None:
+            return None
+        buckets = relative_position_bucket(torch.arange(cfg.n_ctx), cfg.rel_buckets, cfg.rel_max_distance)
+        width = band_width(buckets, cfg.rel_buckets)
+        if width is None:
+            warnings.warn(f"attn_impl={cfg.attn_impl!r}: with rel_buckets={cfg.rel_buckets} and rel_max_distance="
+                          f"{cfg.rel_max_distance} no distance below n_ctx={cfg.n_ctx} is in the last bucket for good, so "
+                          "the bias has no band: the exact dense path is used", stacklevel=3)
+        return width
 
     def num_params(self) -> int:
         "Number of distinct parameters (a looped model counts its shared layer once)."
@@ -333,8 +360,18 @@ def flex_mask(model: DecoderLM, n: int, device, prefix_len: torch.Tensor | None 
     return FlexMask(block, bias)
 
 
+def band_mask(model: DecoderLM, n: int, device) -> BandMask:
+    "The `BandMask` of a causal length-`n` pass: the bias by distance on the band minus the last bucket's, and the kernel."
+    rel = model.rel_bias
+    band = rel.by_distance(model.band_width, device) - rel.table.weight[-1][:, None]
+    if torch.device(device).type != "cuda":
+        return BandMask(band, cpu_kernel)
+    kernel = model.cfg.attn_impl.removeprefix("band-")
+    return BandMask(band, KERNELS[kernel], causal_block_mask(n, device) if kernel == "flex" else None)
+
+
 def layer_mask(model: DecoderLM, q_pos, k_pos, key_padding=None, dtype=torch.float32, prefix_len=None):
-    "What every layer attends with: a `FlexMask`, `CAUSAL`, the additive `attention_mask_bias`, or (a prefix) `PrefixMask`."
+    "What every layer attends with: a `FlexMask`, `BandMask`, `CAUSAL`, the additive `attention_mask_bias`, or (a prefix) `PrefixMask`."
     if prefix_len is not None:
         if key_padding is None and model.cfg.attn_impl == "flex" and q_pos.device.type == "cuda":
             return flex_mask(model, len(q_pos), q_pos.device, prefix_len)
@@ -342,6 +379,8 @@ def layer_mask(model: DecoderLM, q_pos, k_pos, key_padding=None, dtype=torch.flo
     if key_padding is None and len(q_pos) == len(k_pos):  # no padding, no cached prefix
         if model.cfg.attn_impl == "flex" and q_pos.device.type == "cuda":
             return flex_mask(model, len(q_pos), q_pos.device)
+        if model.band_width is not None:
+            return band_mask(model, len(q_pos), q_pos.device)
         if model.rel_bias is None:
             return CAUSAL
     return attention_mask_bias(model, q_pos, k_pos, key_padding, dtype)
