@@ -14,10 +14,12 @@ import torch
 import torch.nn as nn
 
 from .config import STACK_METHODS, check_block_size
+from .hf import HFCausalLM, decoder_layers, hf_field, is_hf_model
 from .model import DecoderLM
 
 # %% auto #0
-__all__ = ['GROW_OPS', 'grow_layout', 'grow_model', 'grow_optimizer', 'grow']
+__all__ = ['GROW_OPS', 'PER_LAYER_CONFIG', 'grow_layout', 'grow_model', 'grow_optimizer', 'grown_hf_config', 'grow_hf_model',
+           'grow']
 
 # %% ../nbs/06_growth.ipynb #353fb4d8
 GROW_OPS = tuple(m for m in STACK_METHODS if m != "baseline")  # gradstack, midas, progressive
@@ -53,21 +55,19 @@ def grow_model(model: DecoderLM, layout: list[int]) -> DecoderLM:
     return grown
 
 # %% ../nbs/06_growth.ipynb #1cfe7986
-_LAYER = re.compile(r"^layers\.(\d+)\.")
-
-
-def _source_name(name: str, layout: list[int]) -> str:
-    "The parameter of the parent that parameter `name` of the grown model was copied from."
-    return _LAYER.sub(lambda m: f"layers.{layout[int(m[1])]}.", name)
+def _source_name(name: str, layout: list[int], layers: str = "layers") -> str:
+    "The parameter of the parent that parameter `name` of the grown model was copied from (`layers`: the layer list's name)."
+    return re.sub(rf"^{re.escape(layers)}\.(\d+)\.", lambda m: f"{layers}.{layout[int(m[1])]}.", name)
 
 
 def _clone_state(state: dict) -> dict:
     return {k: v.clone() if torch.is_tensor(v) else copy.deepcopy(v) for k, v in state.items()}
 
 
-def grow_optimizer(optimizer: torch.optim.Optimizer, model: DecoderLM, grown: DecoderLM, layout: list[int],
-                   reset: bool = False) -> torch.optim.Optimizer:
-    "A new optimizer for `grown` whose groups and (unless `reset`) per-parameter state come from the sources."
+def grow_optimizer(optimizer: torch.optim.Optimizer, model: nn.Module, grown: nn.Module, layout: list[int],
+                   reset: bool = False, layers: str = "layers") -> torch.optim.Optimizer:
+    """A new optimizer for `grown` whose groups and (unless `reset`) per-parameter state come from the sources
+    (`layers`: the name of the layer list in both models, e.g. `model.layers` in a transformers Llama)."""
     parent = dict(_unwrap(model).named_parameters())
     group_of = {id(p): g for g, group in enumerate(optimizer.param_groups) for p in group["params"]}
     unknown = set(group_of) - {id(p) for p in parent.values()}
@@ -75,7 +75,7 @@ def grow_optimizer(optimizer: torch.optim.Optimizer, model: DecoderLM, grown: De
         raise ValueError(f"grow_optimizer: the optimizer holds {len(unknown)} tensors that are not parameters of `model`")
     members = [[] for _ in optimizer.param_groups]
     for name, p in _unwrap(grown).named_parameters():
-        source = parent[_source_name(name, layout)]
+        source = parent[_source_name(name, layout, layers)]
         if id(source) in group_of:  # parameters the old optimizer did not train stay untrained
             members[group_of[id(source)]].append((name, p, source))
     groups = []
@@ -94,14 +94,96 @@ def grow_optimizer(optimizer: torch.optim.Optimizer, model: DecoderLM, grown: De
                     new.state[p] = _clone_state(optimizer.state[source])
     return new
 
+# %% ../nbs/06_growth.ipynb #594b8b8c
+PER_LAYER_CONFIG = ("layer_types", "kv_sharing_modes", "no_rope_layers")  # config lists with one entry per layer
+
+
+def grown_hf_config(config, layout: list[int]):
+    """A copy of a transformers config for the model grown by `layout`: its layer count `len(layout)` and, for each
+    per-layer list (`PER_LAYER_CONFIG`), entry j that of layer `layout[j]`; `ValueError` for a list of one entry per
+    layer that it does not know, or per-layer overrides."""
+    n = config.num_hidden_layers
+    data = config.to_dict()
+    if data.get("per_layer_config"):
+        raise ValueError(f"grow: {type(config).__name__} has per_layer_config overrides, which grow does not remap")
+    new = copy.deepcopy(config)
+    setattr(new, hf_field(config, "num_hidden_layers"), len(layout))
+    for key, value in data.items():
+        if key in PER_LAYER_CONFIG and value is not None:
+            if len(value) != n:
+                raise ValueError(f"grow: {type(config).__name__}.{key} has {len(value)} entries for {n} layers")
+            setattr(new, key, [value[s] for s in layout])
+        elif isinstance(value, (list, tuple)) and len(value) == n and n > 1 and key != "architectures":
+            raise ValueError(f"grow: {type(config).__name__}.{key} has one entry per layer and grow does not know "
+                             f"how to remap it")
+    return new
+
+
+def _simple_attributes(module: nn.Module) -> dict:
+    return {k: v for k, v in vars(module).items() if not k.startswith("_") and k != "training"
+            and isinstance(v, (bool, int, float, str, type(None)))}
+
+
+def _check_like_fresh(layer: nn.Module, config, j: int, s: int) -> None:
+    """`ValueError` if layer j of the grown model (a copy of layer s) differs in a setting or a parameter shape from
+    the layer its class builds at position j from the grown config: then it would not compute as its source once
+    the grown model is saved and loaded. Layer classes whose constructor is not `(config, layer_idx)` are not checked."""
+    try:
+        with torch.device("meta"), torch.random.fork_rng():
+            fresh = type(layer)(config, layer_idx=j)
+    except TypeError:
+        return
+    for (name, a), (_, b) in zip(layer.named_modules(), fresh.named_modules()):
+        got, want = _simple_attributes(a), _simple_attributes(b)
+        for k in sorted(set(got) | set(want)):
+            if got.get(k) != want.get(k):
+                raise ValueError(f"grow: layer {j} copies layer {s}, whose {name + '.' if name else ''}{k}="
+                                 f"{got.get(k)!r}, but {type(layer).__name__} at position {j} has {want.get(k)!r}: "
+                                 f"the copy would not compute as its source")
+    shapes = {k: v.shape for k, v in layer.state_dict().items()}
+    if shapes != {k: v.shape for k, v in fresh.state_dict().items()}:
+        raise ValueError(f"grow: layer {j} copies layer {s}, whose parameter shapes differ from {type(layer).__name__}'s "
+                         f"at position {j}")
+
+
+def grow_hf_model(model: nn.Module, layout: list[int]) -> nn.Module:
+    """A new transformers causal LM whose decoder layer j is an independent copy of layer `layout[j]` of `model`, its
+    config grown by `grown_hf_config`, and every `layer_idx` of layer j's modules (the KV cache's slot) set to j."""
+    config = model.config
+    if hasattr(config, "get_text_config") and config.get_text_config() is not config:
+        raise ValueError(f"grow: {type(model).__name__} keeps its decoder in a sub-config; grow takes a text-only causal LM")
+    name, layers = decoder_layers(model)
+    new_config = grown_hf_config(config, layout)
+    grown = copy.deepcopy(model, memo={id(layers): nn.ModuleList(), id(config): new_config})
+    new_layers = nn.ModuleList(copy.deepcopy(layers[s], memo={id(config): new_config}) for s in layout)
+    for j, (layer, s) in enumerate(zip(new_layers, layout)):
+        for module in layer.modules():
+            if isinstance(getattr(module, "layer_idx", None), int) and not isinstance(module.layer_idx, bool):
+                module.layer_idx = j
+        _check_like_fresh(layer, new_config, j, s)
+    parent, _, attr = name.rpartition(".")
+    setattr(grown.get_submodule(parent), attr, new_layers)
+    return grown
+
 # %% ../nbs/06_growth.ipynb #2925f10d
-def grow(model: DecoderLM, op: str, block_size: int | None = None, optimizer: torch.optim.Optimizer | None = None,
+def grow(model: nn.Module, op: str, block_size: int | None = None, optimizer: torch.optim.Optimizer | None = None,
          reset_optimizer: bool = False):
-    """Grow `model` by `op` ("midas", "gradstack", "progressive") with blocks of `block_size` layers.
-    Returns the new `DecoderLM`; with an `optimizer`, the pair (new model, its new optimizer)."""
+    """Grow `model` — a `DecoderLM`, a transformers causal LM or an `HFCausalLM` — by `op` ("midas", "gradstack",
+    "progressive") with blocks of `block_size` layers. Returns the new model, of the same kind; with an `optimizer`,
+    the pair (new model, its new optimizer)."""
     model = _unwrap(model)
-    layout = grow_layout(len(model.layers), op, block_size)
-    grown = grow_model(model, layout)
+    if isinstance(model, DecoderLM):
+        layout = grow_layout(len(model.layers), op, block_size)
+        grown, layers = grow_model(model, layout), "layers"
+    else:
+        hf = model.hf if isinstance(model, HFCausalLM) else model
+        if not is_hf_model(hf):
+            raise TypeError(f"grow: {type(model).__name__} is neither a DecoderLM nor a transformers model")
+        layers, module_list = decoder_layers(hf)
+        layout = grow_layout(len(module_list), op, block_size)
+        grown = grow_hf_model(hf, layout)
+        if isinstance(model, HFCausalLM):
+            grown, layers = HFCausalLM(grown, model.n_ctx), f"hf.{layers}"
     if optimizer is None:
         return grown
-    return grown, grow_optimizer(optimizer, model, grown, layout, reset=reset_optimizer)
+    return grown, grow_optimizer(optimizer, model, grown, layout, reset=reset_optimizer, layers=layers)

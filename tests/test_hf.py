@@ -1,0 +1,163 @@
+"""depthnb with Hugging Face causal LMs: growth of Llama, Qwen2 and GPT-2 models built from configs (nothing is
+downloaded), their optimizer state, stagewise training with resumption, and the equal-parameter solver."""
+import pytest
+
+pytest.importorskip("transformers")
+
+import json  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import torch  # noqa: E402
+from transformers import AutoModelForCausalLM, GPT2Config, LlamaConfig, Qwen2Config  # noqa: E402
+
+from depthnb.growth import grow, grow_layout  # noqa: E402
+from depthnb.hf import (HFCausalLM, build_hf, decoder_layers, ffn_width, hf_depth_config, hf_family,  # noqa: E402
+                        hf_param_count, load_hf_config)
+
+TINY = dict(vocab_size=97, hidden_size=32, intermediate_size=48, num_hidden_layers=4, num_attention_heads=4,
+            num_key_value_heads=2, max_position_embeddings=64)
+CONFIGS = {
+    "llama": lambda: LlamaConfig(**TINY),
+    "qwen2": lambda: Qwen2Config(**TINY),  # tied embeddings, q/k/v biases
+    # sliding-window attention on the upper half of the layers: per-layer types and windows
+    "qwen2-sliding": lambda: Qwen2Config(**TINY, use_sliding_window=True, sliding_window=3, max_window_layers=2),
+    "gpt2": lambda: GPT2Config(vocab_size=97, n_embd=32, n_layer=4, n_head=4, n_positions=64, bos_token_id=0,
+                               eos_token_id=0, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0),
+}
+CASES = [(arch, op, b) for arch in CONFIGS for op, b in (("midas", 1), ("midas", 2), ("gradstack", 2), ("progressive", None))]
+
+
+def model_of(arch: str, seed: int = 0):
+    torch.manual_seed(seed)
+    return AutoModelForCausalLM.from_config(CONFIGS[arch]()).eval()
+
+
+def layer_type_list(config):
+    return list(config.layer_types) if getattr(config, "layer_types", None) is not None else None
+
+
+@pytest.mark.parametrize("arch,op,b", CASES)
+def test_grown_layers_config_and_layer_indices(arch, op, b):
+    model = model_of(arch)
+    name, layers = decoder_layers(model)
+    layout = grow_layout(4, op, b)
+    grown = grow(model, op, b)
+    _, new_layers = decoder_layers(grown)
+    assert type(grown) is type(model) and len(new_layers) == len(layout)
+    assert grown.config.num_hidden_layers == len(layout) and model.config.num_hidden_layers == 4
+    for j, s in enumerate(layout):
+        a, b_ = new_layers[j].state_dict(), layers[s].state_dict()
+        assert a.keys() == b_.keys() and all(torch.equal(a[k], b_[k]) for k in a), (j, s)
+        assert all(p.data_ptr() != q.data_ptr() for p in new_layers[j].parameters() for q in model.parameters())
+        assert {m.layer_idx for m in new_layers[j].modules() if hasattr(m, "layer_idx")} == {j}
+    if layer_type_list(model.config) is not None:
+        assert layer_type_list(grown.config) == [model.config.layer_types[s] for s in layout]
+    # everything outside the layers is carried over unchanged
+    outside = {k: v for k, v in model.state_dict().items() if not k.startswith(name + ".")}
+    assert all(torch.equal(grown.state_dict()[k], v) for k, v in outside.items())
+
+
+@pytest.mark.parametrize("arch", CONFIGS)
+def test_grown_model_runs_generates_with_the_cache_and_reloads(arch, tmp_path):
+    grown = grow(model_of(arch), "midas", 1)
+    idx = torch.randint(1, 97, (2, 7))
+    with torch.no_grad():
+        logits = grown(input_ids=idx).logits
+        assert logits.shape == (2, 7, 97) and torch.isfinite(logits).all()
+        kw = dict(max_new_tokens=8, do_sample=False, min_new_tokens=8, pad_token_id=0)
+        cached = grown.generate(idx, use_cache=True, **kw)
+        plain = grown.generate(idx, use_cache=False, **kw)
+    assert cached.shape == (2, 15) and torch.equal(cached, plain)  # the KV cache's slots follow the layers
+    grown.save_pretrained(tmp_path)
+    back = AutoModelForCausalLM.from_pretrained(tmp_path).eval()
+    assert back.config.num_hidden_layers == 5 and layer_type_list(back.config) == layer_type_list(grown.config)
+    with torch.no_grad():
+        assert torch.equal(back(input_ids=idx).logits, logits)
+
+
+def test_sliding_window_layers_keep_their_windows():
+    model = model_of("qwen2-sliding")
+    assert model.config.layer_types == ["full_attention"] * 2 + ["sliding_attention"] * 2
+    for op, layout in (("midas", [0, 1, 0, 1, 2, 3]), ("gradstack", [0, 1, 2, 3, 2, 3])):
+        assert grow_layout(4, op, 2) == layout
+        grown = grow(model, op, 2)
+        windows = [layer.self_attn.sliding_window for layer in decoder_layers(grown)[1]]
+        assert windows == [None if s < 2 else 3 for s in layout]
+        assert grown.config.layer_types == [model.config.layer_types[s] for s in layout]
+
+
+@pytest.mark.parametrize("arch", CONFIGS)
+def test_optimizer_state_moves_with_the_copied_layers(arch):
+    torch.manual_seed(1)
+    model = HFCausalLM(model_of(arch).train(), n_ctx=16)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1)
+    idx = torch.randint(1, 97, (2, 9))
+    for _ in range(3):
+        model(idx[:, :-1], idx[:, 1:])[1].backward()
+        opt.step()
+        opt.zero_grad()
+    layout = grow_layout(4, "midas", 2)
+    grown, new = grow(model, "midas", 2, opt)
+    assert isinstance(grown, HFCausalLM) and grown.cfg.n_layers == 6 and grown.n_ctx == 16
+    prefix, _ = decoder_layers(model.hf)
+    parent = dict(model.named_parameters())
+    for name, p in grown.named_parameters():
+        part = name.split(".")
+        if name.startswith(f"hf.{prefix}."):
+            depth = len(f"hf.{prefix}".split("."))
+            part[depth] = str(layout[int(part[depth])])
+        source = parent[".".join(part)]
+        assert torch.equal(p, source)
+        for k, v in opt.state[source].items():
+            assert torch.equal(new.state[p][k], v) and new.state[p][k].data_ptr() != v.data_ptr(), (name, k)
+    assert len(new.state) == len(list(grown.parameters()))
+    _, fresh = grow(model, "midas", 2, opt, reset_optimizer=True)
+    assert len(fresh.state) == 0
+    loss = grown(idx[:, :-1], idx[:, 1:])[1]
+    loss.backward()
+    new.step()  # the carried state steps the grown model
+
+
+def test_growth_refuses_what_it_cannot_copy():
+    g = GPT2Config(vocab_size=97, n_embd=32, n_layer=4, n_head=4, scale_attn_by_inverse_layer_idx=True)
+    with pytest.raises(ValueError, match="scaling"):
+        grow(AutoModelForCausalLM.from_config(g), "midas", 1)
+    with pytest.raises(TypeError, match="neither a DecoderLM nor a transformers model"):
+        grow(torch.nn.Linear(2, 2), "midas", 1)
+    llama = model_of("llama")
+    llama.config.num_hidden_layers = 3  # no layer list matches the config any more
+    with pytest.raises(ValueError, match="LlamaForCausalLM: no single nn.ModuleList of its 3 decoder layers"):
+        grow(llama, "midas", 1)
+
+
+@pytest.mark.parametrize("arch", CONFIGS)
+def test_equal_parameter_family_within_one_percent(arch):
+    config = CONFIGS[arch]()
+    target = hf_param_count(config)
+    assert target == sum(p.numel() for p in AutoModelForCausalLM.from_config(config).parameters())
+    fam = hf_family(config, [1, 2, 3, 4, 5, 6])
+    assert (fam.rel_diff.abs() < 0.01).all(), fam
+    assert fam.set_index("n_layers").d_ff[4] == ffn_width(config) and fam.baseline.sum() == 1
+    assert fam.d_ff.is_monotonic_decreasing
+    for n, count in zip(fam.n_layers, fam.n_params):
+        member = build_hf(hf_depth_config(config, n))
+        assert sum(p.numel() for p in member.parameters()) == count
+        assert abs(count / target - 1) < 0.01
+
+
+def test_family_of_a_larger_config_and_too_deep():
+    config = LlamaConfig(vocab_size=32000, hidden_size=512, intermediate_size=1376, num_hidden_layers=8,
+                         num_attention_heads=8, num_key_value_heads=4)  # a 41M-parameter Llama-style model
+    fam = hf_family(config, [2, 4, 8, 16, 24])
+    assert (fam.rel_diff.abs() < 0.01).all(), fam
+    with pytest.raises(ValueError, match="too deep"):
+        hf_family(config, [200])
+
+
+def test_config_files_and_names(tmp_path):
+    CONFIGS["qwen2"]().save_pretrained(tmp_path)
+    assert load_hf_config(tmp_path / "config.json").model_type == "qwen2"
+    with pytest.raises(ValueError, match="local Hugging Face cache"):
+        load_hf_config("no-such-org/no-such-model-depthnb")
