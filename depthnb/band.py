@@ -13,7 +13,7 @@ from torch.nn.attention.flex_attention import AuxRequest, BlockMask, flex_attent
 
 # %% auto #0
 __all__ = ['KERNELS', 'band_width', 'band_bias_grad', 'causal_bias', 'dense_kernel', 'cpu_kernel', 'cudnn_kernel',
-           'efficient_kernel', 'flex_kernel', 'band_attention']
+           'efficient_kernel', 'bias_score_mod', 'flex_kernel', 'band_attention']
 
 # %% ../nbs/02f_band.ipynb #ad751b0c
 def band_width(buckets: torch.Tensor, n_buckets: int) -> int | None:
@@ -93,15 +93,20 @@ def efficient_kernel(q, k, v, bias, block_mask=None):
     return out, lse[..., :t]  # the kernel pads its log-sum-exp to a multiple of 32 queries
 
 
+def bias_score_mod(bias: torch.Tensor):
+    "FlexAttention's `score_mod` adding `bias[h, max(i - j, 0)]` (a detached (h, t) tensor) to each score."
+    def score_mod(score, b, h, q_idx, kv_idx):
+        return score + bias[h, (q_idx - kv_idx).clamp(min=0)]
+    return score_mod
+
+
 _compiled_flex = None
 
 
 def flex_kernel(q, k, v, bias, block_mask: BlockMask | None = None, kernel_options: dict | None = None):
     "FlexAttention with `bias[h, max(i - j, 0)]` added in its `score_mod` under the causal `block_mask`: (out, lse)."
     global _compiled_flex
-    def score_mod(score, b, h, q_idx, kv_idx):
-        return score + bias[h, (q_idx - kv_idx).clamp(min=0)]
-    kwargs = dict(score_mod=score_mod, block_mask=block_mask, return_aux=AuxRequest(lse=True),
+    kwargs = dict(score_mod=bias_score_mod(bias), block_mask=block_mask, return_aux=AuxRequest(lse=True),
                   kernel_options=kernel_options)
     if torch.compiler.is_compiling():
         out, aux = flex_attention(q, k, v, **kwargs)

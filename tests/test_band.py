@@ -1,0 +1,131 @@
+"Band attention (nbs/02f_band.ipynb): the T5 bias detached in a fused kernel plus its band gradient equals the dense path."
+import warnings
+from dataclasses import replace
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+from depthnb.band import KERNELS, band_attention, band_width, bias_score_mod, cpu_kernel, dense_kernel
+from depthnb.config import BAND_IMPLS, ModelConfig
+from depthnb.model import BandMask, DecoderLM, PrefixMask, layer_mask, relative_position_bucket
+from depthnb.presets import CPU_CLASS, PRESETS, SAUNSHI_CLASSES, SIZE_CLASSES, TINY_CLASS, resolve_size_class
+
+CLASSES = [*SIZE_CLASSES.values(), *SAUNSHI_CLASSES.values(), *map(resolve_size_class, (TINY_CLASS, CPU_CLASS))]
+HEAD_WIDTHS = sorted({sc.d_attn // sc.n_heads for sc in CLASSES})
+
+
+def dense_attention(q, k, v, band):
+    "The reference: causal softmax attention with the band's bias (zero beyond it) in plain operators, bias with grad."
+    return dense_kernel(q, k, v, F.pad(band, (0, max(q.shape[-2] - band.shape[-1], 0)))[:, :q.shape[-2]])[0]
+
+
+def values_and_grads(fn, q, k, v, band, d_out):
+    leaves = [x.detach().requires_grad_() for x in (q, k, v, band)]
+    out = fn(*leaves)
+    out.backward(d_out)
+    return [out.detach()] + [x.grad for x in leaves]
+
+
+def assert_matches(fn, q, k, v, band, d_out, eps):
+    names = ("output", "dq", "dk", "dv", "dband")
+    for name, mine, ref in zip(names, values_and_grads(fn, q, k, v, band, d_out),
+                               values_and_grads(dense_attention, q, k, v, band, d_out)):
+        err = (mine - ref).abs().max().item() / max(1.0, ref.abs().max().item())
+        assert err < eps, f"{name}: relative error {err:.2e} >= {eps:.0e}"
+
+
+def test_head_widths_cover_the_size_classes():
+    assert min(HEAD_WIDTHS) == 16 and max(HEAD_WIDTHS) == 128, HEAD_WIDTHS
+
+
+@pytest.mark.parametrize("kernel", ["dense", "cpu"])
+@pytest.mark.parametrize("dtype, eps", [(torch.float64, 1e-12), (torch.float32, 1e-5)])
+@pytest.mark.parametrize("t", [37, 128, 300])  # shorter than the band, one query block, not a multiple of it
+def test_band_equals_dense(kernel, dtype, eps, t):
+    for d in HEAD_WIDTHS:
+        torch.manual_seed(d + t)
+        q, k, v, d_out = (torch.randn(2, 3, t, d, dtype=dtype) for _ in range(4))
+        band = torch.randn(3, 113, dtype=dtype)
+        assert_matches(lambda *a: band_attention(*a, kernel=KERNELS[kernel]), q, k, v, band, d_out, eps)
+
+
+def test_bucket_fact_for_every_preset_context():
+    "Every distance from the band on is in the last bucket, for each context length the presets train at."
+    for preset in PRESETS.values():
+        cfg = preset.pretrain.model
+        buckets = relative_position_bucket(torch.arange(cfg.n_ctx), cfg.rel_buckets, cfg.rel_max_distance)
+        width = band_width(buckets, cfg.rel_buckets)
+        if width is None:
+            assert (buckets < cfg.rel_buckets - 1).any()
+            continue
+        assert (buckets[width:] == cfg.rel_buckets - 1).all() and (width == 0 or buckets[width - 1] != cfg.rel_buckets - 1)
+
+
+@pytest.mark.parametrize("impl", BAND_IMPLS)
+def test_model_trains_as_the_dense_path(impl):
+    "Loss, logits and every parameter's gradient (the bias table's included) equal the sdpa path's, in float32."
+    cfg = ModelConfig(d_model=64, d_attn=64, n_heads=4, d_ff=96, n_layers=2, n_vocab=97, n_ctx=256)
+    torch.manual_seed(0)
+    dense, band = DecoderLM(cfg), DecoderLM(replace(cfg, attn_impl=impl))
+    band.load_state_dict(dense.state_dict())
+    tokens = torch.randint(0, cfg.n_vocab, (2, 230))
+    losses = []
+    for m in (dense, band):
+        loss = m(tokens, tokens)[1]
+        loss.backward()
+        losses.append(loss.item())
+    assert losses[0] == pytest.approx(losses[1], rel=1e-6)
+    for (name, p), q in zip(band.named_parameters(), dense.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-6, msg=lambda m: f"{name}: {m}")
+    assert band.rel_bias.table.weight.grad[-1].abs().sum() > 0  # the last bucket gets minus the band's sum
+
+
+def test_exact_paths_where_the_identity_does_not_hold():
+    cfg = ModelConfig(d_model=32, d_attn=32, n_heads=2, d_ff=48, n_layers=2, n_vocab=50, n_ctx=256, attn_impl="band-flex")
+    torch.manual_seed(1)
+    band, dense = DecoderLM(cfg).eval(), DecoderLM(replace(cfg, attn_impl="sdpa")).eval()
+    dense.load_state_dict(band.state_dict())
+    pos = torch.arange(150)
+    assert isinstance(layer_mask(band, pos, pos), BandMask)
+    assert isinstance(layer_mask(band, pos, pos, prefix_len=torch.tensor([20, 140])), PrefixMask)
+    assert isinstance(layer_mask(band, pos, pos, key_padding=torch.ones(2, 150)), torch.Tensor)
+    prompt = torch.randint(0, cfg.n_vocab, (2, 150))
+    assert torch.equal(band.generate(prompt, 8), dense.generate(prompt, 8))  # cached decoding: the dense path
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        short = DecoderLM(replace(cfg, n_ctx=100))  # the last bucket starts at 113: no band below n_ctx
+    assert short.band_width is None and len(caught) == 1 and "exact dense path" in str(caught[0].message)
+
+
+@pytest.mark.slow  # compiling the kernel: ~30 s on two cores
+def test_compiled_flex_forward_with_the_shifted_score_mod():
+    "FlexAttention has no CPU backward and no CPU log-sum-exp: its compiled forward with the band's score_mod, checked here."
+    t, d = 160, 16
+    torch.manual_seed(2)
+    q, k, v = (torch.randn(1, 2, t, d) for _ in range(3))
+    bias = F.pad(torch.randn(2, 113), (0, t - 113))
+    block_mask = create_block_mask(lambda b, h, qi, ki: ki <= qi, None, None, t, t, device="cpu")
+    out = torch.compile(flex_attention, dynamic=False)(q, k, v, score_mod=bias_score_mod(bias), block_mask=block_mask)
+    torch.testing.assert_close(out, dense_kernel(q, k, v, bias)[0], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kernel", ["flex", "cudnn", "efficient"])
+def test_cuda_kernels_match_fp32_dense(kernel):
+    "On CUDA, in bf16: each fused kernel's values and gradients against the fp32 dense path."
+    from depthnb.model import causal_block_mask
+    t = 1024
+    for d in HEAD_WIDTHS:
+        torch.manual_seed(d)
+        q, k, v, d_out = (torch.randn(2, 4, t, d, device="cuda") for _ in range(4))
+        band = torch.randn(4, 113, device="cuda")
+        extra = {"block_mask": causal_block_mask(t, "cuda")} if kernel == "flex" else {}
+        mine = values_and_grads(lambda q, k, v, b: band_attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), b,
+                                                                  kernel=KERNELS[kernel], **extra).float(),
+                                q, k, v, band, d_out)
+        ref = values_and_grads(dense_attention, q, k, v, band, d_out)
+        for name, a, b in zip(("output", "dq", "dk", "dv", "dband"), mine, ref):
+            err = ((a - b).norm() / b.norm()).item()
+            assert err < 2e-2, f"{kernel}, d_head {d}, {name}: relative error {err:.2e}"
