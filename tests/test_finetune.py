@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _train_common import TEST_DATA  # noqa: E402
+from _train_common import TEST_DATA, assert_resumed_like  # noqa: E402
 
 import depthnb.finetune as ft  # noqa: E402
 from depthnb.config import FinetuneConfig, ModelConfig  # noqa: E402
@@ -139,6 +139,7 @@ def test_finetune_resumes_exactly_and_reruns_are_noops(tok, cogs, tmp_path, monk
     for a, b in zip(again.state_dict().values(), ref.state_dict().values()):
         assert torch.equal(a, b)
     assert read_metrics(run, "train").loss.tolist() == read_metrics(tmp_path / "ref", "train").loss.tolist()
+    assert_resumed_like(run, tmp_path / "ref", at=[4])
     msgs.clear()
     ft.finetune(fresh_model(), "cogs", cfg, run, tokenizer=tok, dataset=data, progress=False, log=msgs.append)
     assert "finished already" in msgs[0]

@@ -289,7 +289,7 @@ from pathlib import Path  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _stack_script import STACK_STEPS  # noqa: E402
-from _train_common import Crash, DataHook, small_config, small_data  # noqa: E402
+from _train_common import Crash, DataHook, assert_resumed_like, records, small_config, small_data  # noqa: E402
 
 from depthnb.config import StackConfig, override  # noqa: E402
 from depthnb.presets import load_preset
@@ -380,17 +380,28 @@ def test_resume_after_sigkill_in_stage_two_is_bit_identical(runs, tmp_path):
     assert same_weights(load_model(run), load_model(runs["midas"][0]))
     assert read_metrics(run, "train").loss.tolist() == read_metrics(runs["midas"][0], "train").loss.tolist()
     assert read_metrics(run, "stage").resumed.tolist() == [False, True, False]
+    # stage 2 went on from its step-10 checkpoint, grew into stage 3 at step 15, and wrote what the uninterrupted
+    # run wrote (stage records aside from their timings and `resumed`)
+    assert_resumed_like(run, runs["midas"][0], at=[10])
+    drop = lambda recs: [{k: v for k, v in r.items() if k != "resumed"} for r in recs]
+    assert drop(records(run, ("stage",))) == drop(records(runs["midas"][0], ("stage",)))
 
 
-def test_crash_at_the_first_step_of_a_stage_regrows(runs, data, tmp_path):
-    "Killed before the new stage's first checkpoint: the grown model is rebuilt from the previous stage's end state."
+@pytest.mark.parametrize("crash_at, resumed_at", [(15, []), (22, [20])])
+def test_crash_in_the_last_stage_regrows_or_resumes(runs, data, tmp_path, crash_at, resumed_at):
+    """Killed at stage 3's first step, before its first checkpoint: the grown model is rebuilt from the previous stage's
+    end state (no resume); killed after its step-20 checkpoint: stage 3 resumes from it. Either way the run ends as
+    the uninterrupted one, with the same records and snapshots."""
     torch.set_num_threads(1)
     run = tmp_path / "crashed"
     with pytest.raises(Crash):
-        stack_train(small_config(**STACK_STEPS), MIDAS, run, data=DataHook(data, crash_at=15), progress=False)
-    assert is_done(run / "stage2_L2") and not (run / "stage3_L3" / "checkpoints").exists()
+        stack_train(small_config(**STACK_STEPS), MIDAS, run, data=DataHook(data, crash_at=crash_at), progress=False)
+    assert is_done(run / "stage2_L2") and not is_done(run / "stage3_L3")
+    assert (run / "stage3_L3" / "checkpoints").exists() == bool(resumed_at)
     model = stack_train(small_config(**STACK_STEPS), MIDAS, run, data=data, progress=False)
     assert same_weights(model, load_model(runs["midas"][0]))
+    assert_resumed_like(run, runs["midas"][0], at=resumed_at)
+    assert read_metrics(run, "stage").resumed.tolist() == [False, False, bool(resumed_at)]
     with pytest.raises(ValueError, match="config.lr"):
         stack_train(small_config(**STACK_STEPS, lr=0.1), MIDAS, run, data=data, progress=False)
 

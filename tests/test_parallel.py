@@ -17,7 +17,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _parallel_script import run_config, stack_run_config  # noqa: E402
-from _train_common import CUDA_TEST_DATA, small_data  # noqa: E402
+from _train_common import CUDA_TEST_DATA, assert_resumed_like, records, resumed_from, small_data  # noqa: E402
 
 from depthnb.config import StackConfig  # noqa: E402
 from depthnb.model import DecoderLM  # noqa: E402
@@ -85,7 +85,7 @@ def test_resume_at_two_processes_is_bit_identical(runs, tmp_path):
     assert [p.name for p in ShardedCheckpoints.checkpoints(run)] == ["step_00000008.dcp", "step_00000004.dcp"]
     check(torchrun(2, "train", run))
     assert max_diff(weights(run), weights(runs / "full")) == 0
-    assert read_metrics(run, "train").loss.tolist() == read_metrics(runs / "full", "train").loss.tolist()
+    assert_resumed_like(run, runs / "full", at=[8])
 
 
 def test_resume_at_one_process_is_bit_identical(runs, tmp_path):
@@ -104,6 +104,13 @@ def test_resume_at_one_process_is_bit_identical(runs, tmp_path):
     pretrain(config, reference, data=small_data(), **QUIET)
     assert max_diff(weights(run), weights(reference)) == 0
     assert max_diff(weights(run), weights(runs / "full")) < 1e-5  # and close to the 2-process run
+    # both went on from step 8 and wrote the same records and snapshots after it
+    assert resumed_from(run) == resumed_from(reference) == [8]
+    after = lambda d: [r for r in records(d) if r["step"] > 8]
+    assert after(run) == after(reference) and any(r["kind"] == "snapshot" for r in after(run))
+    for r in after(run):
+        if r["kind"] == "snapshot":
+            assert max_diff(weights(run / r["path"]), weights(reference / r["path"])) == 0, r["path"]
 
 
 def test_growth_under_fsdp_equals_growth_without_it(tmp_path):
@@ -145,6 +152,7 @@ def test_sigkill_during_a_sharded_save_leaves_the_previous_checkpoint(runs, tmp_
     assert path.name == "step_00000008.dcp" and meta["step"] == 8
     check(torchrun(2, "train", run))  # resumes from step 8 and finishes as if never killed
     assert max_diff(weights(run), weights(runs / "full")) == 0
+    assert_resumed_like(run, runs / "full", at=[8])
     assert not list((run / "checkpoints").glob("*.partial"))
 
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _train_common import TEST_DATA, Crash, DataHook, small_config, small_data  # noqa: E402
+from _train_common import TEST_DATA, Crash, DataHook, assert_resumed_like, small_config, small_data  # noqa: E402
 
 from depthnb.config import ModelConfig, PretrainConfig  # noqa: E402
 from depthnb.model import CAUSAL, DecoderLM, KVCache, PrefixMask, flex_mask, layer_mask  # noqa: E402
@@ -174,3 +174,4 @@ def test_ul2_resume_sees_the_same_batches(data, tmp_path):
     pretrain(cfg, tmp_path / "resumed", data=data, progress=False, log=lambda *a: None)  # from step 20
     a, b = load_model(tmp_path / "whole").state_dict(), load_model(tmp_path / "resumed").state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a)
+    assert_resumed_like(tmp_path / "resumed", tmp_path / "whole", at=[20])
