@@ -21,6 +21,7 @@ from .commands import CommandParser, choices, int_list, preset_from_args, requir
 from .presets import get_preset, method_stack, preset_stack_seeds
 from .data import prepare_pretraining
 from .growth import grow
+from .hf import HFCausalLM, build_hf, empty_hf_model, hf_pretrain_config, load_hf_model, save_hf_config
 from .model import DecoderLM
 from .runs import (atomic_write, is_done, json_lines, mark_done, read_config, read_done,
                           read_metrics, save_weights, stack_run_dir, write_or_check_config)
@@ -80,16 +81,20 @@ def _optimizer(model: DecoderLM, config: PretrainConfig) -> torch.optim.Optimize
                           fused=config.fused_optimizer)
 
 
-def _fresh_model(config: PretrainConfig) -> DecoderLM:
-    "The model `pretrain` would initialize for `config` (seeded the same way)."
+def _fresh_model(config: PretrainConfig, hf=None) -> DecoderLM | HFCausalLM:
+    "The model `pretrain` would initialize for `config` (seeded the same way); with `hf`, that transformers model's."
     torch.manual_seed(config.seed)
-    return DecoderLM(config.model)
+    if hf is None:
+        return DecoderLM(config.model)
+    return HFCausalLM(build_hf(hf, config.model.n_layers), config.model.n_ctx)
 
 
-def stage_state(stage_dir: Path, config: PretrainConfig, stage: Stage, device) -> tuple[DecoderLM, dict]:
+def stage_state(stage_dir: Path, config: PretrainConfig, stage: Stage, device, hf=None) -> tuple[DecoderLM, dict]:
     """Full weights and optimizer state at the end of a finished stage (its last checkpoint, sharded or not): what
-    growth reads. Under FSDP they stay on the CPU until the next stage shards them."""
-    model = DecoderLM(stage_config(config, stage.n_layers).model)
+    growth reads. Under FSDP they stay on the CPU until the next stage shards them. With `hf` (a transformers
+    model's run), the stage's model is the one its `hf_config.json` describes."""
+    model = (DecoderLM(stage_config(config, stage.n_layers).model) if hf is None
+             else empty_hf_model(stage_dir, config.model.n_ctx))
     optimizer = _optimizer(model, config)
     state = checkpoints_for(config.parallel).load(stage_dir, model, optimizer)
     if state is None or state["step"] != stage.stop:
@@ -117,29 +122,40 @@ def _merge_stage_metrics(run_dir: Path, stages: list[Stage]) -> None:
     atomic_write(run_dir / "metrics.jsonl", lambda f: f.write("".join(json.dumps(r) + "\n" for r in lines).encode()))
 
 
-def _stack_record(config: PretrainConfig, stack: StackConfig) -> dict:
-    "The `config.json` record of a stacking run."
-    return dict(kind="stack", config=to_dict(config), stack=to_dict(stack),
-                stages=[asdict(s) for s in stack_stages(config, stack)])
+def _stack_record(config: PretrainConfig, stack: StackConfig, hf=None) -> dict:
+    "The `config.json` record of a stacking run (with `hf`: of a transformers model, whose config it holds)."
+    record = dict(kind="stack", config=to_dict(config), stack=to_dict(stack),
+                  stages=[asdict(s) for s in stack_stages(config, stack)])
+    return record if hf is None else dict(record, hf_config=json.loads(hf.to_json_string()))
 
 
 def stack_train(config: PretrainConfig, stack: StackConfig, run_dir: Path | str, *, data=None, progress: bool = True,
-                log=print) -> DecoderLM:
-    "Train `config.model` stagewise by `stack` (baseline: in one stage) in `run_dir`, resuming if possible; returns it."
+                log=print, hf_config=None) -> DecoderLM | HFCausalLM:
+    """Train `config.model` stagewise by `stack` (baseline: in one stage) in `run_dir`, resuming if possible; returns it.
+    With `hf_config` (a transformers config, a `config.json`, a folder or a cached model name) the model is that
+    transformers causal LM instead (`hf.hf_pretrain_config`: it decides the architecture and final depth)."""
     run_dir = Path(run_dir)
+    hf = None
+    if hf_config is not None:
+        config, hf = hf_pretrain_config(config, hf_config)
     if config.model.share_layers and stack.method != "baseline":
         raise ValueError(f"stack_train: a looped model (share_layers=True) cannot be grown; use method='baseline', "
                          f"not {stack.method!r}")
     check_parallel_optimizer(config.optimizer, config.parallel)
     info = init_parallel(config.device, config.parallel)
     with job_lock(run_dir, info):
-        return _stack_train(config, stack, run_dir, info, data, progress, log if info.main else _quiet)
+        return _stack_train(config, stack, run_dir, info, data, progress, log if info.main else _quiet, hf)
 
 
-def _stack_train(config: PretrainConfig, stack: StackConfig, run_dir: Path, info, data, progress: bool, say) -> DecoderLM:
+def _stack_train(config: PretrainConfig, stack: StackConfig, run_dir: Path, info, data, progress: bool, say,
+                 hf=None) -> DecoderLM | HFCausalLM:
     stages = stack_stages(config, stack)
     device = resolve_device(config.device, info.local_rank)
-    finished_model = finished_run(run_dir, _stack_record(config, stack), device, info, say)
+    if hf is None:
+        finished_model = finished_run(run_dir, _stack_record(config, stack), device, info, say)
+    else:
+        write_or_check_config(run_dir, _stack_record(config, stack, hf), write=info.main)
+        finished_model = load_hf_model(run_dir, device).train() if is_done(run_dir) else None
     if finished_model is not None:
         return finished_model
     if data is None:
@@ -153,21 +169,25 @@ def _stack_train(config: PretrainConfig, stack: StackConfig, run_dir: Path, info
             continue
         t0 = time.perf_counter()
         if finished is not None:
-            model, opt_state = stage_state(run_dir / finished.name, config, finished, device)
+            model, opt_state = stage_state(run_dir / finished.name, config, finished, device, hf)
             finished = None
         if model is not None:
             model, opt_state = grow_state(model, opt_state, config, stack)
-        elif st.steps == 0:  # an empty first stage: start from the model its training would have started from
-            model = _fresh_model(stage_config(config, st.n_layers)).to(device)
+        elif st.steps == 0 or hf is not None:  # a first stage: start from the model its training would start from
+            model = _fresh_model(stage_config(config, st.n_layers), hf).to(device)
         grow_s = time.perf_counter() - t0
         if st.steps == 0:
             say(f"{run_dir.name}: stage {st.stage}/{len(stages)} ({st.n_layers} layers) has no steps; growing on")
             continue
         resumed = any((sdir / "checkpoints").glob("step_*.pt")) or any((sdir / "checkpoints").glob("step_*.dcp"))
         say(f"{run_dir.name}: stage {st.stage}/{len(stages)}: {st.n_layers} layers, steps [{st.start}, {st.stop})")
+        if hf is not None:  # dropout draws from the generators: a stage starts from the same state, resumed or not
+            torch.manual_seed(config.seed + st.stage)
+            if info.main:
+                save_hf_config(sdir, model.hf.config)
         pretrain(stage_config(config, st.n_layers), sdir, init_model=model, init_optimizer_state=opt_state,
                  start_step=st.start, stop_step=st.stop, data=data, progress=progress, log=say)
-        model, opt_state = stage_state(sdir, config, st, device)
+        model, opt_state = stage_state(sdir, config, st, device, hf)
         wall = time.perf_counter() - t0
         if info.main:
             train_s = read_done(sdir).get("elapsed_s")
@@ -176,9 +196,11 @@ def _stack_train(config: PretrainConfig, stack: StackConfig, run_dir: Path, info
             atomic_write(sdir / "stage.json", lambda f: f.write(json.dumps(record).encode()))
             _merge_stage_metrics(run_dir, stages)
     if finished is not None:
-        model, _ = stage_state(run_dir / finished.name, config, finished, device)
+        model, _ = stage_state(run_dir / finished.name, config, finished, device, hf)
     if info.main:
         _merge_stage_metrics(run_dir, stages)
+        if hf is not None:
+            save_hf_config(run_dir, model.hf.config)
         save_weights(run_dir / "final.pt", model, step=config.steps)
         rec = read_metrics(run_dir, "stage")
         mark_done(run_dir, step=config.steps, wall_s=float(rec.wall_s.sum()), train_s=float(rec.train_s.sum()))

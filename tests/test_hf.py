@@ -161,3 +161,75 @@ def test_config_files_and_names(tmp_path):
     assert load_hf_config(tmp_path / "config.json").model_type == "qwen2"
     with pytest.raises(ValueError, match="local Hugging Face cache"):
         load_hf_config("no-such-org/no-such-model-depthnb")
+
+
+# --- stagewise training of a transformers model through depthnb's loop ---------------------------------------------
+sys.path.insert(0, str(Path(__file__).parent))
+from _stack_script import STACK_STEPS  # noqa: E402
+from _train_common import Crash, DataHook, records, small_config, small_data  # noqa: E402
+
+from depthnb.config import StackConfig  # noqa: E402
+from depthnb.hf import load_hf_model, read_hf_config  # noqa: E402
+from depthnb.runs import is_done, latest_checkpoint, read_metrics  # noqa: E402
+from depthnb.stacking import stack_train  # noqa: E402
+
+HF_STACK = {"llama": lambda: LlamaConfig(vocab_size=10, hidden_size=32, intermediate_size=64, num_hidden_layers=3,
+                                         num_attention_heads=2, max_position_embeddings=64),
+            "gpt2": lambda: GPT2Config(vocab_size=10, n_embd=32, n_layer=3, n_head=2, n_positions=64)}  # with dropout
+MIDAS = StackConfig(method="midas", block_size=1)
+
+
+@pytest.fixture(scope="module")
+def data():
+    return small_data()
+
+
+@pytest.fixture(scope="module")
+def hf_runs(data, tmp_path_factory):
+    "Uninterrupted MIDAS runs of a 3-layer Llama and GPT-2 on the test corpus (one thread)."
+    torch.set_num_threads(1)
+    root = tmp_path_factory.mktemp("hfstack")
+    for arch, make in HF_STACK.items():
+        stack_train(small_config(**STACK_STEPS), MIDAS, root / arch, data=data, progress=False, hf_config=make())
+    return {arch: root / arch for arch in HF_STACK}
+
+
+def same_weights(a, b):
+    sa, sb = a.state_dict(), b.state_dict()
+    return sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
+
+
+@pytest.mark.parametrize("arch", HF_STACK)
+def test_hf_stacking_run_trains_in_stages(hf_runs, arch):
+    run = hf_runs[arch]
+    stages = read_metrics(run, "stage")
+    assert stages.n_layers.tolist() == [1, 2, 3] and stages.step.tolist() == [5, 15, 30] and is_done(run)
+    train = read_metrics(run, "train")
+    assert train.step.tolist() == list(range(5, 31, 5)) and train.loss.iloc[-1] < train.loss.iloc[0] - 0.5
+    model = load_hf_model(run)
+    assert model.hf.config.num_hidden_layers == 3 and model.hf.config.vocab_size == 512
+    assert [read_hf_config(run / s).num_hidden_layers for s in ("stage1_L1", "stage2_L2", "stage3_L3")] == [1, 2, 3]
+    snap = read_metrics(run, "snapshot").path.iloc[-1]
+    assert load_hf_model(run / snap).hf.config.num_hidden_layers == int(snap.split("_L")[1][0])
+    record = json.loads((run / "config.json").read_text())
+    assert record["hf_config"]["model_type"] == arch and record["config"]["model"]["n_layers"] == 3
+
+
+@pytest.mark.parametrize("arch,crash_at", [("llama", 12), ("gpt2", 12), ("gpt2", 15)])
+def test_hf_stacking_resumes_bit_identically(hf_runs, data, tmp_path, arch, crash_at):
+    "Interrupted in stage 2 after its step-10 checkpoint, or at the first step of stage 3: the rerun ends identical."
+    torch.set_num_threads(1)
+    run = tmp_path / "crashed"
+    with pytest.raises(Crash):
+        stack_train(small_config(**STACK_STEPS), MIDAS, run, data=DataHook(data, crash_at=crash_at), progress=False,
+                    hf_config=HF_STACK[arch]())
+    assert is_done(run / "stage1_L1") and not is_done(run)
+    if crash_at == 12:
+        assert latest_checkpoint(run / "stage2_L2")[1]["step"] == 10
+    model = stack_train(small_config(**STACK_STEPS), MIDAS, run, data=data, progress=False, hf_config=HF_STACK[arch]())
+    reference = load_hf_model(hf_runs[arch])
+    assert same_weights(model, reference) and same_weights(load_hf_model(run), reference)
+    assert records(run) == records(hf_runs[arch])
+    with pytest.raises(ValueError, match="hf_config"):  # a different architecture is not this run's
+        stack_train(small_config(**STACK_STEPS), MIDAS, run, data=data, progress=False,
+                    hf_config=HF_STACK["llama" if arch == "gpt2" else "gpt2"]())
