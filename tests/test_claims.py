@@ -295,3 +295,187 @@ def test_power_calculation():
     assert 0.93 <= np.mean(covered) <= 0.97
     with pytest.raises(ValueError, match="n >= 2"):
         half_width(0.1, 1)
+
+
+# --- every rule with the paper's sign and value --------------------------------------------------------------------
+
+def test_paper_effects_have_the_papers_sign_and_value():
+    from depthnb.claims_midas import PAPER_GRADSTACK_GAP, paper_midas_gaps
+    from depthnb.claims_petty import (bend, paper_accuracy, paper_contrast, paper_diminishing, paper_log_ppl)
+    assert round(paper_log_ppl(1) - paper_log_ppl(2), 3) == 0.385  # Fig. 2: ln(45.7 / 31.1), deeper is lower
+    assert round(paper_diminishing(), 3) == 0.308  # Fig. 3a: the 1 -> 2 gain exceeds the 2 -> 4 gain
+    assert round(paper_log_ppl(7) - paper_log_ppl(6), 3) == 0.017  # Fig. 3: the narrow end turns up
+    assert round(paper_contrast("geoquery", DEPTHS), 3) == 0.093  # Fig. 4: 77.5% - 68.2%
+    assert paper_contrast("passivization", (1, 6)) > 0.7  # Fig. 4: +74.1 points
+    acc = paper_accuracy("geoquery", (1, 3, 6))
+    assert bend(acc, 1, 3, 6) > 0  # saturation: the curve bends over by the middle depth
+    assert round(PAPER_GRADSTACK_GAP, 3) == 0.017  # Saunshi Table 1: GradStack 2.045 minus MIDAS 2.028
+    paper_t1 = pd.DataFrame(dict(model=["1B", "1B", "1B"], method=["Baseline", "MIDAS", "MIDAS"],
+                                 val_loss=[2.0, 2.036, 1.99]))
+    assert round(paper_midas_gaps(paper_t1, "val_loss").max(), 3) == 0.036  # the non-inferiority margin's sign
+
+
+def test_diminishing_returns_acceptance():
+    # the 1 -> 2 gain (0.1 nats) is smaller than the 2 -> 4 gain (0.3): the opposite of the paper's claim
+    smaller_first = ppl_table(lambda d: {1: 4.6, 2: 4.5, 3: 4.35, 4: 4.2, 6: 4.1}[d], seeds=5)
+    evidence, verdict = claim_diminishing_returns(smaller_first, "v")
+    assert verdict == "does not hold", evidence
+    assert "paper +0.308" in evidence
+
+
+def test_diminishing_returns_null_equal_gains():
+    sd = committed_spread("ppl")
+    rng = np.random.default_rng(16)
+    equal = {1: 4.6, 2: 4.4, 3: 4.3, 4: 4.2, 6: 4.1}  # 0.2 nats from 1 to 2 and from 2 to 4: nothing diminishes
+    verdicts = [claim_diminishing_returns(ppl_table(lambda d: equal[d], seeds=10, noise=sd, rng=rng), "v")[1]
+                for _ in range(DRAWS)]
+    assert rate(verdicts) <= RATE_BOUND
+
+
+# --- nulls simulated from the committed cpu tables' per-seed spread -------------------------------------------------
+
+def committed_spread(kind: str) -> float:
+    "The committed cpu run's seed-to-seed sd of one model: GeoQuery accuracy, or ln PPL (pooled over depths)."
+    from pathlib import Path
+    from depthnb.seeds import between_seed_sd
+    root = Path(__file__).resolve().parents[1] / "figures" / "cpu"
+    if kind == "ppl":
+        ppl = pd.read_csv(root / "pretrain_final_ppl.csv").query("split == 'enwiki_valid'")
+        return between_seed_sd(ppl.assign(log_ppl=np.log(ppl.ppl)), "log_ppl", ["n_layers"])[0]
+    acc = pd.read_csv(root / "finetune_accuracy.csv").query("task == 'geoquery'")
+    return between_seed_sd(acc, "accuracy", ["n_layers"])[0]
+
+
+def test_depth_generalizes_null_at_the_observed_spread():
+    sd = committed_spread("accuracy")
+    assert 0.01 < sd < 0.3
+    rng = np.random.default_rng(17)
+    verdicts = [claim_depth_generalizes(accuracy_table(lambda d: 0.4, seeds=10, noise=sd / np.sqrt(2), rng=rng))[1]
+                for _ in range(DRAWS)]
+    assert rate(verdicts) <= RATE_BOUND
+
+
+def test_depth_lowers_ppl_null_at_the_observed_spread():
+    sd = committed_spread("ppl")
+    rng = np.random.default_rng(18)
+    verdicts = [claim_depth_lowers_ppl(ppl_table(lambda d: 4.1, seeds=10, noise=sd, rng=rng), "v")[1]
+                for _ in range(DRAWS)]
+    assert rate(verdicts) <= RATE_BOUND
+
+
+# --- one floor -----------------------------------------------------------------------------------------------------
+
+def test_one_floor_for_every_accuracy_claim():
+    # MIDAS -> COGS-vf at the committed cpu means: MIDAS 4.8%, baseline 3.1%: the best method is at the floor
+    cogs = midas_cogs_table(1.7, seeds=8, noise=0.5).assign(
+        accuracy=lambda t: np.where(t.method == "midas", 4.8, 3.1) + np.tile([0.1, -0.1], 8))
+    evidence, verdict = claim_midas_cogs(cogs)
+    assert verdict == "not testable" and "at the floor" in evidence
+    floor = accuracy_table(lambda d: 0.045, noise=0.0)  # every depth at 4.5%
+    assert claim_depth_generalizes(floor)[1] == "not testable"
+
+
+# --- Saunshi: wall clock, similarity ---------------------------------------------------------------------------------
+
+def speedup_table(midas, looped, seeds=None, resumed=False) -> pd.DataFrame:
+    midas, looped = np.atleast_1d(midas), np.atleast_1d(looped)
+    seed = list(range(len(midas)))
+    t = pd.concat([pd.DataFrame(dict(method="midas", seed=seed, flop_speedup=1.24, wall_speedup=midas, resumed=resumed)),
+                   pd.DataFrame(dict(method="looped", seed=seed, flop_speedup=1.0, wall_speedup=looped, resumed=False))])
+    return t if seeds else t.drop(columns="seed")
+
+
+def test_wall_clock_against_the_no_flop_saving_control():
+    from depthnb.claims_midas import claim_wall_clock
+    # the committed cpu numbers: one run each, the looped control's 1.014x is the only error estimate (1 dof)
+    assert claim_wall_clock(speedup_table(1.2381, 1.0142))[1] == "inconclusive"
+    evidence, verdict = claim_wall_clock(speedup_table(1.2381, 1.0142, resumed=True))
+    assert verdict == "not testable" and "not measured" in evidence
+    rng = np.random.default_rng(19)
+    assert claim_wall_clock(speedup_table(np.exp(np.log(1.24) + rng.normal(0, 0.01, 5)),
+                                          np.exp(rng.normal(0, 0.01, 5)), seeds=True))[1] == "holds"
+    # the null: MIDAS saves no time (both runs measure noise around 1x), one run each and paired over 5 seeds
+    single = [claim_wall_clock(speedup_table(np.exp(rng.normal(0, 0.02)), np.exp(rng.normal(0, 0.02))))[1]
+              for _ in range(DRAWS // 2)]
+    paired = [claim_wall_clock(speedup_table(np.exp(rng.normal(0, 0.02, 5)), np.exp(rng.normal(0, 0.02, 5)), seeds=True))[1]
+              for _ in range(DRAWS // 2)]
+    assert rate(single) <= RATE_BOUND and rate(paired) <= RATE_BOUND
+    assert rate(paired, "does not hold") > 0.9  # and the FLOP model's +0.214 is excluded
+
+
+def similarity_table(midas_minus_gradstack, seeds=1, rng=None) -> pd.DataFrame:
+    rng = rng or np.random.default_rng(0)
+    weights = ["attn.k", "attn.q", "ffn.wi_0", "ffn.wo"]
+    rows = []
+    for s in range(seeds):
+        grad = 0.6 + rng.normal(0, 0.02, len(weights))
+        rows.append(pd.DataFrame(dict(weight=weights, seed=s, baseline=0.0, looped=1.0, gradstack=grad,
+                                      midas=grad + midas_minus_gradstack + rng.normal(0, 0.02, len(weights)))))
+    return pd.concat(rows, ignore_index=True)
+
+
+def test_similarity_compares_midas_with_gradstack():
+    from depthnb.claims_midas import claim_looped_similarity
+    assert claim_looped_similarity(similarity_table(0.05).drop(columns="seed"))[1] == "inconclusive"  # one run each
+    assert claim_looped_similarity(similarity_table(0.05, seeds=5))[1] == "holds"
+    assert claim_looped_similarity(similarity_table(-0.05, seeds=5))[1] == "does not hold"
+    rng = np.random.default_rng(20)
+    null = [claim_looped_similarity(similarity_table(0.0, seeds=5, rng=rng))[1] for _ in range(DRAWS)]
+    assert rate(null) <= RATE_BOUND  # MIDAS no more alike than GradStack, though both beat the baseline every time
+
+
+# --- downstream: >= 3 runs per method and an interval ------------------------------------------------------------
+
+def downstream_results(gap, seeds=1, base=0.2, noise=0.03, rng=None) -> pd.DataFrame:
+    rng = rng or np.random.default_rng(0)
+    rows = []
+    for s in range(seeds):
+        seed_effect = rng.normal(0, noise)
+        for task, title in (("asdiv", "ASDiv"), ("svamp", "SVAMP")):
+            for method, shift in (("baseline", 0.0), ("midas", gap)):
+                acc = float(np.clip(base + seed_effect + shift + rng.normal(0, noise), 0, 1))
+                rows += [dict(method=method, seed=s, task=task, title=title, group="math", calculator=calc, n=200,
+                              accuracy=acc, missing=None, val_loss=4.0) for calc in (False, True)]
+    t = pd.DataFrame(rows)
+    return t if seeds > 1 else t.drop(columns="seed")
+
+
+def math_verdict(results) -> tuple[str, str]:
+    from depthnb.stack_results import DOWNSTREAM_CLAIMS
+    check = next(check for where, _, check in DOWNSTREAM_CLAIMS if where == "§4.3, Tables 1, 5")
+    return check(results, None)
+
+
+def test_downstream_needs_three_runs_and_an_interval():
+    evidence, verdict = math_verdict(downstream_results(0.3))  # one run per method, a huge binomial gap
+    assert verdict == "not testable" and "at least 3 runs per method" in evidence
+    assert math_verdict(downstream_results(0.3, seeds=2))[1] == "not testable"
+    assert math_verdict(downstream_results(0.2, seeds=4))[1] == "holds"
+    rng = np.random.default_rng(21)
+    null = [math_verdict(downstream_results(0.0, seeds=4, rng=rng))[1] for _ in range(DRAWS // 3)]
+    assert rate(null) <= 0.05 + 1.96 * np.sqrt(0.05 * 0.95 / (DRAWS // 3))
+    floor = downstream_results(0.01, seeds=4, base=0.02, noise=0.002)
+    assert math_verdict(floor)[1] == "not testable"  # the same floor as every accuracy claim
+
+
+# --- robustness: leave one seed out ----------------------------------------------------------------------------------
+
+def test_a_verdict_one_seed_carries_is_fragile(tmp_path):
+    from depthnb.claims import CLAIMS, FigureTables, check_robust
+    fig4 = next(c for c in CLAIMS if c.where == "Fig. 4" and c.claim.startswith("Deeper"))
+    # GeoQuery: every seed gains; passivization: one seed carries the gain (the committed cpu shape)
+    gains = [0.025, 0.0325, 0.23, 0.0725, 0.0, 0.0, 0.025, 0.065, 0.0, 0.14]
+    rows = []
+    for s, g in enumerate(gains):
+        for d in (1, 6):
+            rows.append(dict(size_class="c", task="passivization", n_layers=d, seed=s, accuracy=0.02 + (g if d == 6 else 0)))
+            rows.append(dict(size_class="c", task="geoquery", n_layers=d, seed=s,
+                             accuracy=0.3 + (0.16 + 0.01 * (s % 3) if d == 6 else 0)))
+    pd.DataFrame(rows).to_csv(tmp_path / "finetune_accuracy.csv", index=False)
+    evidence, verdict, stability = check_robust(fig4, FigureTables(tmp_path))
+    assert verdict == "mixed"  # GeoQuery holds and stays; passivization holds on all ten seeds, not without seed 3, 7 or 9
+    assert "GeoQuery: stable" in stability
+    assert "English Passivization: fragile (holds on every seed): without seed 3, 7 or 9: does not hold" in stability
+    geo = pd.DataFrame(rows).query("task == 'geoquery'")
+    geo.to_csv(tmp_path / "finetune_accuracy.csv", index=False)
+    assert check_robust(fig4, FigureTables(tmp_path))[1:] == ("holds", "stable: holds without any one of its 10 seeds")
