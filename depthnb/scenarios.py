@@ -17,7 +17,7 @@ import pandas as pd
 import torch
 import torch.nn as nn
 
-from .config import ModelConfig, PretrainConfig, StackConfig
+from .config import BAND_IMPLS, ModelConfig, PretrainConfig, StackConfig
 from .presets import CPU_CLASS, SIZE_CLASSES, TINY_CLASS, resolve_size_class
 from .model import DecoderLM
 from .solver import model_config
@@ -44,6 +44,7 @@ ATTN_VARIANTS = {  # name: (ModelConfig.attn_impl, bias table trained?)
     "flex": ("flex", True),
     "sdpa-nobiasgrad": ("sdpa", False),  # diagnostic: what training the bias costs
     "flex-nobiasgrad": ("flex", False),
+    **{impl: (impl, True) for impl in BAND_IMPLS},  # band attention (nbs/02f_band.ipynb)
 }
 
 

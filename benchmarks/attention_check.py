@@ -1,0 +1,269 @@
+#!/usr/bin/env python3
+"""The GPU check of band attention (nbs/02f_band.ipynb), in one command.
+
+    python3 benchmarks/attention_check.py                  # CUDA: the check, then `depthnb bench` at 134M and 374M
+    python3 benchmarks/attention_check.py --device cpu --shrink --no-bench   # a rehearsal at small shapes
+
+For each attention variant at the 134M and 374M attention shapes (one layer's call, as the model makes it):
+1. which kernel it runs (SDPA's backend choice, or the kernel a band variant names);
+2. its values and the gradients of q, k, v and the bias table in bf16 against an fp32 dense reference on the same
+   device (relative error ‖a − b‖ / ‖b‖; a variant is correct when every error is under --tolerance);
+3. forward + backward time per call and its peak memory above the inputs.
+Then `depthnb bench` runs at 134M × 12 (16 × 1024 tokens) and 374M × 24 (the paper batch) for the fastest correct
+band variant against the reference, appending to the results file. The check's own tables are appended there too
+and written as JSON to --out.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # the checkout's depthnb, also where it is not installed
+
+from depthnb.band import band_width  # noqa: E402
+from depthnb.config import BAND_IMPLS  # noqa: E402
+from depthnb.model import (RelativePositionBias, attend, attention_mask_bias, flex_mask, layer_mask,  # noqa: E402
+                           relative_position_bucket, softmax_attention)
+from depthnb.presets import SIZE_CLASSES  # noqa: E402
+
+SHAPES = ("134M", "374M")  # Petty's classes whose bench records set the targets
+BATCH, N_CTX = 16, 1024  # 134M: 16 × 1024 per step; 374M: the paper batch's micro-batch (128 = 8 × 16)
+BASELINES = ("reference", "sdpa", "sdpa-nobiasgrad", "flex-nobiasgrad")  # the reference has no bias: the ceiling
+VARIANTS = (*BASELINES, *BAND_IMPLS)
+BENCH = {  # `depthnb bench` flags per shape (as benchmarks/gpu.sh's stages)
+    "134M": ["--size-class", "134M", "--layers", "12", "--n-ctx", "1024", "--batch", "16", "--steps", "10",
+             "--rounds", "5"],
+    "374M": ["--size-class", "374M", "--layers", "24", "--n-ctx", "1024", "--batch", "16", "--paper-batch",
+             "--parts", "train", "--steps", "2", "--warmup", "2", "--rounds", "3"],
+}
+SHRUNK_BENCH = ["--size-class", "tiny", "--layers", "1", "--n-ctx", "32", "--batch", "2", "--steps", "1", "--warmup",
+                "1", "--rounds", "1", "--no-compile", "--parts", "train"]
+
+
+def model_view(size_class: str, impl: str, t: int, device) -> SimpleNamespace:
+    "What the model's mask functions read of a `DecoderLM` (its bias table, band and attn_impl), at this class's heads."
+    sc = SIZE_CLASSES[size_class]
+    with torch.device(device):
+        rel = RelativePositionBias(sc.n_heads)
+    buckets = relative_position_bucket(torch.arange(t), rel.n_buckets, rel.max_distance)
+    return SimpleNamespace(rel_bias=rel, band_width=band_width(buckets, rel.n_buckets) if impl in BAND_IMPLS else None,
+                           cfg=SimpleNamespace(attn_impl=impl.removesuffix("-nobiasgrad")))
+
+
+def variant_call(name: str, view: SimpleNamespace, t: int, device, dtype):
+    "A function of (q, k, v) that attends as the model does under variant `name`, and the bias table it trains (or None)."
+    pos = torch.arange(t, device=device)
+    table = view.rel_bias.table.weight
+    table.requires_grad_(not name.endswith("nobiasgrad") and name != "reference")
+    if name == "reference":
+        return (lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)), None
+
+    def call(q, k, v):  # the mask is built inside, once per call, as a forward pass builds it once for all layers
+        mask = (flex_mask(view, t, device) if name == "flex-nobiasgrad" else
+                layer_mask(view, pos, pos, dtype=dtype) if name in BAND_IMPLS else
+                attention_mask_bias(view, pos, pos, dtype=dtype))
+        return attend(q, k, v, mask)
+    return call, (table if table.requires_grad else None)
+
+
+def backend(name: str, q, k, v, view) -> str:
+    "The kernel a variant runs: SDPA's own choice for the SDPA paths, the named kernel otherwise."
+    if name in BAND_IMPLS:
+        return f"{'cpu (SDPA flash, CPU)' if q.device.type == 'cpu' else name.removeprefix('band-')} + band step"
+    if name == "flex-nobiasgrad":
+        return "flex"
+    pos = torch.arange(q.shape[-2], device=q.device)
+    mask = None if name == "reference" else attention_mask_bias(view, pos, pos, dtype=q.dtype)
+    choice = torch._fused_sdp_choice(q, k, v, mask, 0.0, name == "reference")
+    return torch.nn.attention.SDPBackend(choice).name
+
+
+def check_values(name: str, size_class: str, t: int, batch: int, device, dtype) -> dict:
+    "Relative errors of the output and of the q, k, v and table gradients against an fp32 dense path on `device`."
+    sc = SIZE_CLASSES[size_class]
+    h, d = sc.n_heads, sc.d_attn // sc.n_heads
+    torch.manual_seed(0)
+    view = model_view(size_class, name, t, device)
+    q, k, v, d_out = (torch.randn(batch, h, t, d, device=device) for _ in range(4))
+    pos = torch.arange(t, device=device)
+    results = {}
+    for which in ("ref", "mine"):
+        view.rel_bias.zero_grad()
+        leaves = [x.detach().clone().requires_grad_() for x in (q, k, v)]
+        if which == "ref":
+            table = view.rel_bias.table.weight.requires_grad_(True)
+            out = softmax_attention(*leaves, attention_mask_bias(view, pos, pos) if name != "reference" else
+                                    torch.zeros(t, t, device=device).masked_fill(
+                                        torch.ones(t, t, dtype=torch.bool, device=device).triu(1), float("-inf")))
+        else:
+            fn, table = variant_call(name, view, t, device, dtype)
+            with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
+                out = fn(*(x.to(dtype) for x in leaves))
+        out.float().backward(d_out)
+        grads = [x.grad for x in leaves] + ([view.rel_bias.table.weight.grad] if table is not None else [None])
+        results[which] = [out.detach().float()] + [None if g is None else g.float() for g in grads]
+    errors = {}
+    for key, mine, ref in zip(("out", "dq", "dk", "dv", "dtable"), results["mine"], results["ref"]):
+        errors[key] = None if mine is None or name == "reference" and key == "dtable" else \
+            ((mine - ref).norm() / ref.norm().clamp(min=1e-30)).item()
+    return errors
+
+
+def time_call(name: str, size_class: str, t: int, batch: int, device, dtype, iters: int) -> dict:
+    "Median forward + backward milliseconds per call and peak memory above the inputs (GB)."
+    sc = SIZE_CLASSES[size_class]
+    h, d = sc.n_heads, sc.d_attn // sc.n_heads
+    view = model_view(size_class, name, t, device)
+    fn, _ = variant_call(name, view, t, device, dtype)
+    q, k, v, d_out = (torch.randn(batch, h, t, d, device=device, dtype=dtype, requires_grad=i < 3) for i in range(4))
+    cuda = device.type == "cuda"
+
+    def step():
+        out = fn(q, k, v)
+        out.backward(d_out)
+        q.grad = k.grad = v.grad = view.rel_bias.table.weight.grad = None
+
+    for _ in range(3):
+        step()  # compiles the flex kernels
+    if cuda:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+    times = []
+    for _ in range(iters):
+        if cuda:
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        step()
+        if cuda:
+            torch.cuda.synchronize()
+        times.append((time.perf_counter() - start) * 1e3)
+    times.sort()
+    peak = (torch.cuda.max_memory_allocated() - base) / 1e9 if cuda else None
+    return dict(ms=times[len(times) // 2], peak_gb=peak)
+
+
+def markdown_table(rows: list[dict], columns: list[str]) -> str:
+    def cell(x):
+        return "–" if x is None else f"{x:.3g}" if isinstance(x, float) else str(x)
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(cell(r.get(c)) for c in columns) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def run_check(args) -> dict:
+    device = torch.device(args.device)
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    t, batch = (256, 1) if args.shrink else (N_CTX, BATCH)
+    rows = []
+    for size_class in args.shapes:
+        for name in args.variants:
+            row = dict(shape=size_class, variant=name)
+            try:
+                sc = SIZE_CLASSES[size_class]
+                view = model_view(size_class, name, t, device)
+                q = torch.randn(1, sc.n_heads, t, sc.d_attn // sc.n_heads, device=device, dtype=dtype)
+                row["backend"] = backend(name, q, q, q, view)
+                row.update(check_values(name, size_class, t, min(batch, 2), device, dtype))
+                errs = [row[k] for k in ("out", "dq", "dk", "dv", "dtable") if row.get(k) is not None]
+                row["correct"] = all(e < args.tolerance for e in errs)
+                row.update(time_call(name, size_class, t, batch, device, dtype, args.iters))
+            except Exception as exc:  # a kernel that does not compile or run here is a result, not a stop
+                row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}" if str(exc) else type(exc).__name__
+            print(json.dumps(row), flush=True)
+            rows.append(row)
+    for size_class in args.shapes:  # time ratios against the no-bias reference of the same shape, same run
+        ref = next((r for r in rows if r["shape"] == size_class and r["variant"] == "reference" and "ms" in r), None)
+        for r in rows:
+            if r["shape"] == size_class and ref is not None and "ms" in r:
+                r["speed_vs_reference"] = ref["ms"] / r["ms"]
+    return dict(device=torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU",
+                torch=torch.__version__, dtype=str(dtype).removeprefix("torch."), t=t, batch=batch, rows=rows)
+
+
+def fastest_correct(result: dict) -> str | None:
+    "The band variant with the lowest summed time over the shapes among those correct at every shape."
+    totals = {}
+    for name in BAND_IMPLS:
+        rows = [r for r in result["rows"] if r["variant"] == name]
+        if rows and all(r.get("correct") for r in rows):
+            totals[name] = sum(r["ms"] for r in rows)
+    return min(totals, key=totals.get) if totals else None
+
+
+def record_check(result: dict, path: Path, best: str | None) -> None:
+    columns = ["shape", "variant", "backend", "out", "dq", "dk", "dv", "dtable", "correct", "ms", "speed_vs_reference",
+               "peak_gb", "error"]
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    text = (f"\n### {stamp} · {result['device']} · attention check (benchmarks/attention_check.py)\n\n"
+            f"- one attention call as a layer makes it, forward + backward, {result['batch']} × {result['t']} tokens, "
+            f"{result['dtype']} (errors: fp32 dense reference on the same device, ‖a − b‖ / ‖b‖); torch "
+            f"{result['torch']}; eager, flex kernels compiled\n- fastest correct band variant: {best or 'none'}\n\n"
+            + markdown_table(result["rows"], columns) + "\n")
+    path.write_text((path.read_text() if path.exists() else "") + text)
+
+
+def run_bench(best: str, args) -> int:
+    "`depthnb bench` at each shape for `best` against the reference, appended to the results file."
+    rc = 0
+    for size_class in args.shapes:
+        flags = SHRUNK_BENCH if args.shrink else BENCH[size_class]
+        cmd = [sys.executable, "-c", "import sys; from depthnb.bench import cli_bench; sys.exit(cli_bench(sys.argv[1:]))",
+               "--device", args.device, *flags, "--attn-impl", best, "--record", str(args.record),
+               "--json", str(Path(args.out) / f"bench_{size_class}.json"), "--note", f"attention check: {best}"]
+        print("running:", " ".join(cmd[3:]), flush=True)
+        rc = subprocess.run(cmd, cwd=ROOT).returncode or rc
+    return rc
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(prog="attention_check.py", description=__doc__.splitlines()[0])
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--shapes", default=",".join(SHAPES), help=f"comma-separated, of {list(SIZE_CLASSES)}")
+    ap.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated, of {list(VARIANTS)}")
+    ap.add_argument("--shrink", action="store_true", help="256 tokens, batch 1, tiny bench shapes (a CPU rehearsal)")
+    ap.add_argument("--tolerance", type=float, default=2e-2, help="largest relative error of a correct variant")
+    ap.add_argument("--iters", type=int, default=10, help="timed calls per variant (median)")
+    ap.add_argument("--record", default="benchmarks/RESULTS.md", help="results file to append to")
+    ap.add_argument("--out", default="runs/bench", help="folder for attention_check.json and the bench JSON")
+    ap.add_argument("--no-bench", dest="bench", action="store_false", help="skip `depthnb bench`")
+    args = ap.parse_args(argv)
+    args.shapes, args.variants = args.shapes.split(","), args.variants.split(",")
+    for value, allowed, flag in ((args.shapes, SIZE_CLASSES, "--shapes"), (args.variants, VARIANTS, "--variants")):
+        bad = [x for x in value if x not in allowed]
+        if bad:
+            ap.error(f"{flag}: {bad[0]!r} is not one of {list(allowed)}")
+    if args.iters < 1 or not 0 < args.tolerance < 1:
+        ap.error("--iters must be >= 1 and --tolerance in (0, 1)")
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        ap.error(f"--device {args.device}: no CUDA device here (use --device cpu --shrink to rehearse)")
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    result = run_check(args)
+    best = fastest_correct(result)
+    result["fastest_correct"] = best
+    (Path(args.out) / "attention_check.json").write_text(json.dumps(result, indent=1))
+    record_check(result, ROOT / args.record if not Path(args.record).is_absolute() else Path(args.record), best)
+    print(f"fastest correct band variant: {best or 'none'}", flush=True)
+    if not args.bench:
+        return 0
+    if best is None:
+        print("attention_check.py: no band variant is correct at every shape: nothing to bench", file=sys.stderr)
+        return 1
+    return run_bench(best, args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
