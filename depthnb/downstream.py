@@ -24,8 +24,9 @@ from .model import DecoderLM, KVCache
 from .runs import load_model, source_run_dir
 
 # %% auto #0
-__all__ = ['MAX_MAGNITUDE', 'MAX_EXPONENT', 'OPEN', 'CLOSE', 'CalculatorError', 'safe_eval', 'format_number', 'calculator_edit',
-           'apply_calculator', 'cut_at_stop', 'greedy_until', 'DepthnbLM']
+__all__ = ['MAX_MAGNITUDE', 'MAX_EXPONENT', 'OPEN', 'CLOSE', 'WORD_BOUNDARY', 'CalculatorError', 'safe_eval', 'format_number',
+           'calculator_edit', 'apply_calculator', 'continuation_text', 'continuation_ids', 'cut_at_stop',
+           'calculator_step', 'generation_budget', 'greedy_until', 'DepthnbLM']
 
 # %% ../nbs/07a_downstream.ipynb #4c31ec47
 _BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
@@ -103,10 +104,42 @@ def apply_calculator(text: str) -> str:
     return text if edit is None else text[: edit[0]] + edit[1]
 
 # %% ../nbs/07a_downstream.ipynb #263ac48e
+WORD_BOUNDARY = "\u2581"  # SentencePiece's word-boundary mark (a space before the piece)
+
+
+def continuation_text(tokenizer, ids: list[int]) -> str:
+    "The text that token `ids` add after other tokens: SentencePiece's decode drops a leading word-boundary space, kept here."
+    text = tokenizer.decode(ids)
+    if ids and tokenizer.sp.id_to_piece(int(ids[0])).startswith(WORD_BOUNDARY):
+        text = " " + text
+    return text
+
+
+def _piece_ids(sp, text: str) -> list[int]:
+    "Ids of `text` with no word boundary: its piece if the vocabulary has one, else its characters (or their bytes)."
+    if sp.piece_to_id(text) != sp.unk_id():
+        return [sp.piece_to_id(text)]
+    out = []
+    for c in text:
+        out += [sp.piece_to_id(c)] if sp.piece_to_id(c) != sp.unk_id() else [sp.piece_to_id(f"<0x{b:02X}>") for b in c.encode()]
+    return out
+
+
+def continuation_ids(tokenizer, text: str) -> list[int]:
+    "Token ids that continue other tokens with `text` (no word boundary added in front): `continuation_text`'s inverse."
+    ids, sp = tokenizer.encode(text), tokenizer.sp
+    if ids and (first := sp.id_to_piece(ids[0])).startswith(WORD_BOUNDARY):  # the boundary SentencePiece adds
+        rest = first[len(WORD_BOUNDARY):]
+        ids = (_piece_ids(sp, rest) if rest else []) + ids[1:]
+    if continuation_text(tokenizer, ids) != text:
+        raise ValueError(f"continuation_ids: {text!r} does not encode to tokens that decode to it")
+    return ids
+
+
 @torch.inference_mode()
-def _decode_round(model: DecoderLM, tokenizer, prompts: list[list[int]], contexts: list[str], stops: list[list[str]],
-                  budgets: list[int], calculator: bool, bf16: bool) -> list[tuple[str, int, str]]:
-    "One batched greedy round: per row (new text, tokens used, why it ended: eos, stop, calculator or length)."
+def _decode_round(model: DecoderLM, tokenizer, prompts: list[list[int]], contexts: list[str], done: list[list[int]],
+                  stops: list[list[str]], budgets: list[int], calculator: bool, bf16: bool) -> list[tuple[list[int], str]]:
+    "One batched greedy round after `prompts`: per row (the new token ids, why it ended: eos, stop, calculator or length)."
     device = next(model.parameters()).device
     b, t, steps = len(prompts), max(map(len, prompts)), max(budgets)
     idx = torch.full((b, t), tokenizer.pad_id, dtype=torch.long)
@@ -118,7 +151,7 @@ def _decode_round(model: DecoderLM, tokenizer, prompts: list[list[int]], context
     with autocast(device, bf16):
         logits = model(idx.to(device), attention_mask=mask.to(device), cache=cache)[0][:, -1]
     new: list[list[int]] = [[] for _ in range(b)]
-    texts, why = [""] * b, [None] * b
+    why: list[str | None] = [None] * b
     for _ in range(steps):
         nxt = logits.argmax(-1)
         for row, token in enumerate(nxt.tolist()):
@@ -128,9 +161,9 @@ def _decode_round(model: DecoderLM, tokenizer, prompts: list[list[int]], context
                 why[row] = "eos"
                 continue
             new[row].append(token)
-            texts[row] = tokenizer.decode(new[row])
-            edit = calculator_edit(contexts[row] + texts[row]) if calculator else None
-            if any(s in texts[row] for s in stops[row]):
+            text = continuation_text(tokenizer, done[row] + new[row])
+            edit = calculator_edit(contexts[row] + text) if calculator else None
+            if any(s in text for s in stops[row]):
                 why[row] = "stop"
             elif edit is not None and edit[0] >= len(contexts[row]):
                 why[row] = "calculator"
@@ -140,7 +173,7 @@ def _decode_round(model: DecoderLM, tokenizer, prompts: list[list[int]], context
             break
         with autocast(device, bf16):
             logits = model(nxt[:, None], cache=cache)[0][:, -1]
-    return [(texts[row], len(new[row]), why[row] or "length") for row in range(b)]
+    return [(new[row], why[row] or "length") for row in range(b)]
 
 
 def cut_at_stop(text: str, stops: list[str]) -> str:
@@ -149,33 +182,56 @@ def cut_at_stop(text: str, stops: list[str]) -> str:
     return text[: min(ends)] if ends else text
 
 
+def calculator_step(tokenizer, context: str, ids: list[int]) -> list[int] | None:
+    """The continuation `ids` of `context` with the calculator's edit applied, as token ids (None: no edit applies).
+    The model's own tokens before the edit are kept as they are; a token that runs past the annotation's `=` is
+    dropped and its text up to the `=` re-written; then come the tokens of the result and `>>`."""
+    text = continuation_text(tokenizer, ids)
+    edit = calculator_edit(context + text)
+    if edit is None or edit[0] < len(context):
+        return None
+    cut = edit[0] - len(context)
+    keep = len(ids)
+    while keep and len(continuation_text(tokenizer, ids[:keep])) > cut:
+        keep -= 1
+    kept = continuation_text(tokenizer, ids[:keep])
+    return ids[:keep] + continuation_ids(tokenizer, text[len(kept): cut] + edit[1])
+
+
+def generation_budget(budget: int, n_ctx: int) -> int:
+    "The tokens a generation may write: its budget, at least 1 and at most half the context."
+    return max(1, min(int(budget), n_ctx // 2))
+
+
 def greedy_until(model: DecoderLM, tokenizer, contexts: list[str], stops: list[list[str]], budgets: list[int], *,
                  calculator: bool = False, bf16: bool = True) -> list[str]:
     "Greedy continuations of `contexts` (one batch), each cut at its first stop sequence, at most its budget of tokens."
     n_ctx = model.cfg.n_ctx
-    budgets = [max(1, min(b, n_ctx // 2)) for b in budgets]
-    out, left, todo = [""] * len(contexts), list(budgets), list(range(len(contexts)))
+    budgets = [generation_budget(b, n_ctx) for b in budgets]
+    prompt = [tokenizer.encode(c) or [tokenizer.eos_id] for c in contexts]  # encoded once; continued by token ids
+    out: list[list[int]] = [[] for _ in contexts]
+    todo = list(range(len(contexts)))
     while todo:
         if calculator:  # the edit that ended a row's last round (or a prompt that ends inside an annotation)
             for i in todo:
-                edit = calculator_edit(contexts[i] + out[i])
-                if edit is not None and edit[0] >= len(contexts[i]):
-                    out[i] = (contexts[i] + out[i])[len(contexts[i]): edit[0]] + edit[1]
-                    left[i] -= len(tokenizer.encode(edit[1]))
-        todo = [i for i in todo if left[i] > 0 and cut_at_stop(out[i], stops[i]) == out[i]]
+                edited = calculator_step(tokenizer, contexts[i], out[i])
+                if edited is not None:
+                    out[i] = edited
+        todo = [i for i in todo if len(out[i]) < budgets[i]
+                and not any(s and s in continuation_text(tokenizer, out[i]) for s in stops[i])]
         if not todo:
             break
-        prompts = [(tokenizer.encode(contexts[i] + out[i]) or [tokenizer.eos_id])[-(n_ctx - left[i]):] for i in todo]
-        rounds = _decode_round(model, tokenizer, prompts, [contexts[i] + out[i] for i in todo],
-                               [stops[i] for i in todo], [left[i] for i in todo], calculator, bf16)
+        left = [budgets[i] - len(out[i]) for i in todo]
+        rounds = _decode_round(model, tokenizer, [(prompt[i] + out[i])[-(n_ctx - n):] for i, n in zip(todo, left)],
+                               [contexts[i] for i in todo], [out[i] for i in todo], [stops[i] for i in todo], left,
+                               calculator, bf16)
         carry = []
-        for i, (text, used, why) in zip(todo, rounds):
-            out[i] += text
-            left[i] -= used
+        for i, (new, why) in zip(todo, rounds):
+            out[i] += new
             if why == "calculator":
                 carry.append(i)
         todo = carry
-    return [cut_at_stop(text, s) for text, s in zip(out, stops)]
+    return [cut_at_stop(continuation_text(tokenizer, ids), s) for ids, s in zip(out, stops)]
 
 # %% ../nbs/07a_downstream.ipynb #de3f3db2
 class DepthnbLM(LM):
@@ -198,6 +254,7 @@ class DepthnbLM(LM):
         self.batch_size, self.bf16, self.calculator = int(batch_size), bool(bf16), bool(calculator)
         self.max_gen_toks, self.n_ctx = int(max_gen_toks), model.cfg.n_ctx
         self._device = next(model.parameters()).device
+        self.truncated = {"loglikelihood": 0, "generate_until": 0}  # requests cut to fit the context, since creation
 
     @classmethod
     def from_run(cls, path: str | Path, **kwargs) -> "DepthnbLM":
@@ -225,6 +282,7 @@ class DepthnbLM(LM):
         "(sum of log p(continuation tokens | context tokens), whether each is the argmax) per pair, batched."
         rows = []
         for ctx, cont in pairs:
+            self.truncated["loglikelihood"] += len(ctx) + len(cont) > self.n_ctx + 1
             ids = (ctx + cont)[-(self.n_ctx + 1):]
             rows.append((ids[:-1], ids[len(ids) - min(len(cont), len(ids) - 1):]))
         order = sorted(range(len(rows)), key=lambda i: -len(rows[i][0]))
@@ -269,6 +327,9 @@ class DepthnbLM(LM):
     def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
         specs = [self._generation_spec(req.args[1]) for req in requests]
         contexts = [req.args[0] for req in requests]
+        self.truncated["generate_until"] += sum(  # prompts whose start is cut so that prompt and budget fit
+            len(self.tokenizer.encode(c) or [0]) + generation_budget(budget, self.n_ctx) > self.n_ctx
+            for c, (_, budget) in zip(contexts, specs))
         order = sorted(range(len(requests)), key=lambda i: -len(contexts[i]))
         out: list = [None] * len(requests)
         for start in tqdm(range(0, len(order), self.batch_size), disable=disable_tqdm, desc="generate", leave=False):
@@ -291,5 +352,7 @@ class DepthnbLM(LM):
         return ([until] if isinstance(until, str) else list(until)), int(kwargs.get("max_gen_toks", self.max_gen_toks))
 
 # %% ../nbs/07a_downstream.ipynb #004e7291
+import lm_eval.models  # noqa: F401  lm-eval's own models first: its registry loads them only while it is empty
+
 if "depthnb" not in model_registry:  # a re-run (notebook, reload) finds it there, perhaps already imported
     model_registry.register("depthnb", target="depthnb.downstream:DepthnbLM")

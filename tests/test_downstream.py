@@ -15,7 +15,8 @@ from lm_eval.api.instance import Instance
 from depthnb.config import ModelConfig
 from depthnb.presets import get_preset
 from depthnb.data import train_tokenizer
-from depthnb.downstream import DepthnbLM, apply_calculator, calculator_edit, safe_eval, CalculatorError
+from depthnb.downstream import (DepthnbLM, apply_calculator, calculator_edit, calculator_step, continuation_ids,
+                                continuation_text, safe_eval, CalculatorError)
 from depthnb.downstream_tasks import (DOWNSTREAM_TASKS, GROUPS, cli_downstream, evaluate_config, evaluate_task,
                                      fits_context, gsm8k_finetune_data, gsm8k_finetune_dir, lm_eval_config,
                                      primitive_config, result_path, score_run, task_unavailable)
@@ -73,7 +74,7 @@ def test_greedy_equals_decoderlm_generate(model, tok):
     lm = DepthnbLM(model=model, tokenizer=tok, batch_size=2, bf16=False)
     got = lm.generate_until([req("generate_until", p, {"until": [], "max_gen_toks": 16}) for p in prompts])
     ref = generate_many(model, [tok.encode(p) for p in prompts], 16, tok.pad_id, tok.eos_id)
-    assert got == [tok.decode(r) for r in ref]
+    assert got == [continuation_text(tok, r) for r in ref]
 
 
 def test_rolling_covers_every_token_once(model, tok):
@@ -122,6 +123,89 @@ def test_calculator_inside_decoding(model, tok):
     bad = "He has <<3/0="
     assert on.generate_until([req("generate_until", bad, gen)]) == off.generate_until([req("generate_until", bad, gen)])
     assert calculator_edit(bad) is None
+
+
+class Scripted(torch.nn.Module):
+    "A model that writes `script` after `prompt` (then EOS), recording every sequence it is asked to continue."
+
+    def __init__(self, model, prompt, script, eos):
+        super().__init__()
+        self.layers, self.cfg, self.embed = model.layers, model.cfg, model.embed
+        self.prompt, self.script, self.eos, self.inputs = prompt, script, eos, []
+
+    def _next(self, seq):
+        own = seq[len(self.prompt):]
+        follows = seq[:len(self.prompt)] == self.prompt and own == self.script[:len(own)]
+        return self.script[len(own)] if follows and len(own) < len(self.script) else self.eos  # off script: EOS
+
+    def forward(self, idx, attention_mask=None, cache=None):
+        if idx.shape[1] > 1 or not self.inputs:  # a prompt: a new round
+            self.inputs.append(idx[0][attention_mask[0].bool()].tolist() if attention_mask is not None else idx[0].tolist())
+        else:
+            self.inputs[-1].append(int(idx[0, 0]))
+        logits = torch.zeros(1, idx.shape[1], self.cfg.n_vocab)
+        logits[0, -1, self._next(self.inputs[-1])] = 1.0
+        return logits, None
+
+
+def test_calculator_continues_from_the_models_own_tokens(model, tok):
+    context = "Question: He runs 3 laps of 4 km.\nAnswer:"
+    prompt = tok.encode(context)
+    own = continuation_ids(tok, " He runs <<3*4=")  # '▁He' first: re-encoding 'Answer:He' would give ':', 'H', 'e'
+    inserted = continuation_ids(tok, "12>>")
+    scripted = Scripted(model, prompt, own + continuation_ids(tok, "7 km"), tok.eos_id)
+    lm = DepthnbLM(model=scripted, tokenizer=tok, calculator=True, bf16=False)
+    out = lm.generate_until([req("generate_until", context, {"until": ["\n\n"], "max_gen_toks": 40})])[0]
+    assert out == " He runs <<3*4=12>>"
+    assert len(scripted.inputs) == 2  # a round up to the '=', then one after the insertion
+    assert scripted.inputs[0] == prompt + own[:-1]  # its tokens fed back in its first round ('=' ended the round)
+    assert scripted.inputs[1] == prompt + own + inserted  # the next round: exactly its tokens and the result's
+    assert tok.sp.id_to_piece(scripted.inputs[1][len(prompt)]) == "\u2581He"
+    # without the calculator the model's own wrong digit stands
+    scripted.inputs.clear()
+    plain = DepthnbLM(model=scripted, tokenizer=tok, calculator=False, bf16=False)
+    assert plain.generate_until([req("generate_until", context, {"until": ["\n\n"], "max_gen_toks": 40})])[0] \
+        == " He runs <<3*4=7 km"
+
+
+def test_calculator_step_keeps_tokens_up_to_the_equals_sign(tok):
+    ctx = "Answer:"
+    own = continuation_ids(tok, " <<48/2=") + continuation_ids(tok, "25>> clips")
+    assert calculator_step(tok, ctx, own) is None  # closed by the model itself: nothing to do
+    own = continuation_ids(tok, " <<48/2=") + continuation_ids(tok, "2")
+    assert calculator_step(tok, ctx, own) == continuation_ids(tok, " <<48/2=") + continuation_ids(tok, "24>>")
+    for text in ("24>>", " x", "  two spaces", "é>>", "=1"):
+        assert continuation_text(tok, continuation_ids(tok, text)) == text
+
+
+REGISTRY_CHECK = """
+import importlib, pkgutil, sys, depthnb
+names = [m.name for m in pkgutil.iter_modules(depthnb.__path__)] if sys.argv[1] == "all" else [sys.argv[1]]
+for name in names:  # imported before any lookup
+    importlib.import_module(f"depthnb.{name}")
+from lm_eval.api.registry import get_model, model_registry
+dummy = get_model("dummy")  # before importing lm_eval.models, which would fill the registry itself
+from lm_eval.models.dummy import DummyLM
+from depthnb.downstream import DepthnbLM
+assert dummy is DummyLM and get_model("depthnb") is DepthnbLM
+assert {"hf", "vllm", "openai-completions"} <= set(model_registry.keys())
+try:
+    import accelerate, transformers  # lm-eval's hf model needs both (the hf extra)
+except ImportError:
+    print("ok without hf")
+else:
+    from lm_eval.models.huggingface import HFLM
+    assert get_model("hf") is HFLM
+    print("ok")
+"""
+
+
+@pytest.mark.parametrize("first", ["downstream", "all"])
+def test_registering_depthnb_keeps_lm_evals_models(first):
+    # a fresh interpreter: lm-eval loads its own models only while its registry is empty, once per process
+    import subprocess, sys
+    done = subprocess.run([sys.executable, "-c", REGISTRY_CHECK, first], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip().startswith("ok"), done.stderr[-2000:]
 
 
 def test_task_registry_covers_the_paper():
