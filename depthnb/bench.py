@@ -28,7 +28,7 @@ from .timing import environment
 
 # %% auto #0
 __all__ = ['RESULTS_HEADER', 'CPU_DEFAULTS', 'paired_ratio', 'summarize', 'BenchResult', 'run_bench', 'format_summary',
-           'format_result', 'record', 'bench_config_from_args', 'bench_selection', 'cli_bench']
+           'format_result', 'record', 'bench_config_from_args', 'recorded_command', 'bench_selection', 'cli_bench']
 
 # %% ../nbs/11_bench.ipynb #5af66bb3
 def paired_ratio(rows: pd.DataFrame, name: str, level: float = 0.95) -> tuple[float, float]:
@@ -259,6 +259,22 @@ def bench_config_from_args(args) -> BenchConfig:
                  reference=args.reference, **given)
     return paper_batch(bc) if args.paper_batch else bc
 
+# %% ../nbs/11_bench.ipynb #de6295df
+def recorded_command(argv: list[str]) -> str:
+    "`depthnb bench` and `argv` as a shell line, absolute paths under the current folder made relative to it."
+    cwd = Path.cwd()
+
+    def relative(value: str) -> str:
+        path = Path(value)
+        if not path.is_absolute() or not path.is_relative_to(cwd):
+            return value
+        return str(path.relative_to(cwd))
+
+    def arg(a: str) -> str:  # `--json=/abs/x.json` as well as `/abs/x.json`
+        flag, eq, value = a.partition("=")
+        return f"{flag}={relative(value)}" if eq and flag.startswith("--") else relative(a)
+    return "depthnb bench " + shlex.join(arg(a) for a in argv)
+
 # %% ../nbs/11_bench.ipynb #91c038bd
 def bench_selection(args) -> tuple[BenchConfig, tuple[str, ...]]:
     "The `BenchConfig` and parts that parsed `depthnb bench` arguments ask for; `UsageError` if one is bad."
@@ -292,7 +308,7 @@ def cli_bench(argv: list[str] | None = None) -> int:
         if not bc.on_cuda and any(ATTN_VARIANTS[v][0] == "flex" for v in bc.attn_impls):
             print("note: attn_impl='flex' acts on CUDA only; on the CPU depthnb[flex] runs SDPA", file=sys.stderr)
         res = run_bench(bc, parts)
-        res.command = "depthnb bench " + shlex.join(argv if argv is not None else sys.argv[1:])
+        res.command = recorded_command(argv if argv is not None else sys.argv[1:])
         res.note = args.note
         if args.paper_batch:
             res.extra["memory_vs_budget"] = memory_check(res.summary, args.memory_budget_gb)
