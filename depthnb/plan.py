@@ -13,7 +13,7 @@ from typing import NamedTuple
 
 import pandas as pd
 
-from .config import STACK_RUNS, ModelConfig, Preset, override, reserved_ids
+from .config import BAND_IMPLS, STACK_RUNS, ModelConfig, Preset, override, reserved_ids
 from .presets import (STACK_STUDIES, get_preset, method_stack, preset_depths, preset_size_class, repo_root, resolve_size_class)
 from .commands import CommandParser, UsageError, preset_from_args
 from .schedules import stack_config, stage_depths, stage_schedule
@@ -23,8 +23,8 @@ from .solver import flops_per_token, layer_params, model_config
 __all__ = ['OPTIMIZER_STATE', 'GPUS', 'USABLE_MEMORY', 'ASSUMED_MFU', 'GiB', 'param_shapes', 'n_params', 'matmul_params',
            'optimizer_state_bytes', 'layer_activation_bytes', 'head_activation_bytes', 'position_activation_bytes',
            'activation_bytes', 'GPU', 'fsdp_gathered_bytes', 'memory_per_gpu', 'PlannedRun', 'family_model',
-           'stack_model', 'family_runs', 'study_runs', 'measured_mfu', 'plan_table', 'memory_table', 'format_plan',
-           'cli_plan']
+           'stack_model', 'family_runs', 'study_runs', 'measured_mfu', 'run_mfu', 'plan_table', 'memory_table',
+           'format_plan', 'cli_plan']
 
 # %% ../nbs/14_plan.ipynb #733bf4e5
 def param_shapes(cfg: ModelConfig) -> list[tuple[int, ...]]:
@@ -81,8 +81,10 @@ def position_activation_bytes(cfg: ModelConfig, n_ctx: int, checkpoint: bool = F
     layers = 1 if checkpoint else cfg.n_layers
     if cfg.pos_emb == "rope":
         return layers * 4 * n_ctx * (cfg.d_attn // cfg.n_heads)  # cos and sin for q and k, bf16, per layer
-    if cfg.attn_impl == "flex":
+    if cfg.attn_impl in ("flex", "band-flex"):
         return 4 * cfg.n_heads * n_ctx  # the bias by distance, read inside the kernel
+    if cfg.attn_impl in BAND_IMPLS:  # SDPA's kernels read a dense bias: detached, in bf16, built once per pass
+        return 2 * cfg.n_heads * n_ctx ** 2
     return 4 * cfg.n_heads * n_ctx ** 2 + layers * 2 * cfg.n_heads * n_ctx ** 2  # fp32 mask; each layer's bf16 cast
 
 
@@ -148,6 +150,7 @@ class PlannedRun:
     optimizer: str
     seeds: int  # runs of this shape (one per seed)
     parallel: str = "ddp"  # how the preset trains it (PretrainConfig.parallel)
+    size_class: str = ""  # the size class's name, which benchmark records are kept under
 
     @property
     def tokens(self) -> int:
@@ -195,7 +198,7 @@ def family_runs(preset: Preset | str) -> list[PlannedRun]:
     for sc in map(resolve_size_class, p.size_classes):
         for n in preset_depths(p, sc):
             runs.append(PlannedRun("depth family", f"{sc.name} L={n}", family_model(p, sc, n), ((n, pc.steps),),
-                                   pc.batch_size, pc.micro_batch_size, pc.optimizer, len(p.seeds), pc.parallel))
+                                   pc.batch_size, pc.micro_batch_size, pc.optimizer, len(p.seeds), pc.parallel, sc.name))
     return runs
 
 
@@ -210,7 +213,7 @@ def _study_run(p: Preset, label: str, method: str) -> PlannedRun | None:
     steps = stage_schedule(p.pretrain.steps, len(depths), stack.alpha, stack.schedule)
     pc = p.pretrain
     return PlannedRun("stacking study", label, model, tuple(zip(depths, steps)), pc.batch_size, pc.micro_batch_size,
-                      pc.optimizer, 1, pc.parallel)
+                      pc.optimizer, 1, pc.parallel, resolve_size_class(p.stack_size_class).name)
 
 
 def study_runs(preset: Preset | str) -> list[PlannedRun]:
@@ -223,29 +226,41 @@ def study_runs(preset: Preset | str) -> list[PlannedRun]:
     return [r for r in runs if r is not None]
 
 # %% ../nbs/14_plan.ipynb #9b4ae4bc
-def measured_mfu(gpu: GPU, results: Path | str | None = None) -> tuple[float, str] | None:
-    "The newest depthnb MFU that `benchmarks/RESULTS.md` records on `gpu`: (MFU, section header), or None."
+def measured_mfu(gpu: GPU, size_class: str, contender: str = "depthnb[sdpa]",
+                 results: Path | str | None = None) -> tuple[float, str] | None:
+    """The newest MFU that `benchmarks/RESULTS.md` records for `contender` training `size_class` (any depth) on `gpu`:
+    (MFU, section header), or None."""
     path = Path(results) if results else repo_root() / "benchmarks" / "RESULTS.md"
     if not path.exists():
         return None
     found = None
     for section in path.read_text().split("\n### ")[1:]:
         header, *lines = section.splitlines()
-        device = header.split(" · ")[1] if " · " in header else ""
-        if gpu.key not in device:
+        parts = header.split(" · ")  # time · device · size class × layers
+        if len(parts) < 3 or gpu.key not in parts[1] or parts[2].split(" × ")[0] != size_class:
             continue
         table = [[c.strip() for c in line.strip("|").split("|")] for line in lines if line.startswith("|")]
         if not table or "mfu_%" not in table[0]:
             continue
         col = table[0].index("mfu_%")
         for row in table[2:]:
-            if row[0].startswith("depthnb") and re.fullmatch(r"[0-9.]+", row[col].replace(",", "")):
+            if row[0] == contender and re.fullmatch(r"[0-9.]+", row[col].replace(",", "")):
                 found = (float(row[col].replace(",", "")) / 100, header)
     return found
 
 # %% ../nbs/14_plan.ipynb #6fd32c05
-def plan_table(preset: Preset | str, gpus: int = 8, gpu: str = "h100", mfu: float = ASSUMED_MFU) -> pd.DataFrame:
-    "One row per run of a preset: parameters, tokens, training FLOPs, memory per GPU (GiB), what fits, how it trains, GPU-hours."
+def run_mfu(run: PlannedRun, gpu: GPU, mfu: float | None = None, results: Path | str | None = None) -> tuple[float, str]:
+    "The MFU a run's GPU-hours are computed at, and where it comes from: given, measured (the record), or assumed."
+    if mfu is not None:
+        return mfu, "given"
+    measured = measured_mfu(gpu, run.size_class, f"depthnb[{run.model.attn_impl}]", results)
+    return (measured[0], f"measured: {measured[1]}") if measured else (ASSUMED_MFU, "assumed")
+
+
+def plan_table(preset: Preset | str, gpus: int = 8, gpu: str = "h100", mfu: float | None = None,
+               results: Path | str | None = None) -> pd.DataFrame:
+    """One row per run of a preset: parameters, tokens, training FLOPs, memory per GPU (GiB), what fits, how it trains,
+    the MFU (`mfu`, else the run's size class's benchmark record, else assumed) and GPU-hours."""
     g = GPUS[gpu]
     usable = USABLE_MEMORY * g.memory_gib
     rows = []
@@ -255,10 +270,11 @@ def plan_table(preset: Preset | str, gpus: int = 8, gpu: str = "h100", mfu: floa
                                                                              mode == "fsdp", ckpt).values()) / GiB
                for mode in ("ddp", "fsdp") for ckpt in (False, True)}
         fits = next((k.removesuffix("_GiB") for k, v in mem.items() if v <= usable), "none")
+        run_mfu_, source = run_mfu(run, g, mfu, results)
         rows.append(dict(section=run.section, run=run.label, params=n_params(run.model), layers=run.model.n_layers,
                          stages=len(run.stages), tokens=run.tokens, train_flops=run.train_flops, micro_batch=micro,
-                         **mem, fits=fits, parallel=run.parallel, seeds=run.seeds,
-                         gpu_hours=run.seeds * run.train_flops / (g.peak_flops * mfu) / 3600))
+                         **mem, fits=fits, parallel=run.parallel, seeds=run.seeds, size_class=run.size_class, mfu=run_mfu_, mfu_source=source,
+                         gpu_hours=run.seeds * run.train_flops / (g.peak_flops * run_mfu_) / 3600))
     return pd.DataFrame(rows)
 
 
@@ -282,27 +298,30 @@ def format_plan(preset: Preset | str, gpus: int = 8, gpu: str = "h100", mfu: flo
                 results: Path | str | None = None) -> str:
     "The plan as text: the assumptions, a table per section, and the memory by part of the largest model."
     p, g = get_preset(preset), GPUS[gpu]
-    measured = measured_mfu(g, results)
+    t = plan_table(p, gpus, gpu, mfu, results)
     if mfu is not None:
-        mfu_line = f"MFU {100 * mfu:.0f}% (given with --mfu)"
-    elif measured:
-        mfu, header = measured
-        mfu_line = f"MFU {100 * mfu:.1f}%, measured: benchmarks/RESULTS.md, section {header!r}"
+        mfu_lines = [f"MFU {100 * mfu:.0f}% (given with --mfu)"]
     else:
-        mfu = ASSUMED_MFU
-        mfu_line = (f"MFU {100 * mfu:.0f}% ASSUMED: benchmarks/RESULTS.md has no {g.key} measurement yet "
-                    "(depthnb bench --record on one fills it in; --mfu sets another)")
-    t = plan_table(p, gpus, gpu, mfu)
+        mfu_lines = []
+        for (source, value), rows in t.groupby(["mfu_source", "mfu"], sort=False):
+            classes = ", ".join(dict.fromkeys(rows.size_class))
+            if source == "assumed":
+                mfu_lines.append(f"MFU {100 * value:.0f}% ASSUMED for {classes}: benchmarks/RESULTS.md has no {g.key} "
+                                 "measurement of this size class yet (depthnb bench --record on one fills it in; "
+                                 "--mfu sets another)")
+            else:
+                mfu_lines.append(f"MFU {100 * value:.1f}% for {classes}, measured: benchmarks/RESULTS.md, section "
+                                 f"{source.removeprefix('measured: ')!r}")
     usable = USABLE_MEMORY * g.memory_gib
     out = [f"depthnb plan: preset {p.name!r} on {gpus} x {g.name} (fits: at most {usable:.0f} GiB, "
            f"{100 * USABLE_MEMORY:.0f}% of {g.memory_gib:g} GiB; peak bf16 {g.peak_flops / 1e12:.0f} TFLOP/s)",
-           mfu_line,
+           *mfu_lines,
            "memory per GPU: fp32 weights and gradients, optimizer state (AdamW: 2 moments; AdaFactor: factored "
            "second moments), bf16 autocast copies (DDP) or FSDP2's gathered units, activations of one micro-batch "
            "(+ckpt: per-layer activation checkpointing, --set pretrain.activation_checkpointing=true); DDP: every GPU "
            "holds everything, FSDP: sharded over all GPUs",
            ""]
-    shown = t.assign(params=t.params.map(_si), tokens=t.tokens.map(_si), train_flops=t.train_flops.map(lambda x: f"{x:.3g}"),
+    shown = t.drop(columns=["size_class", "mfu", "mfu_source"]).assign(params=t.params.map(_si), tokens=t.tokens.map(_si), train_flops=t.train_flops.map(lambda x: f"{x:.3g}"),
                      gpu_hours=t.gpu_hours.map(lambda x: f"{x:,.0f}"))
     for c in ("ddp_GiB", "ddp+ckpt_GiB", "fsdp_GiB", "fsdp+ckpt_GiB"):
         shown[c] = t[c].map(lambda x: f"{x:,.1f}")

@@ -12,7 +12,7 @@ from depthnb.config import ModelConfig, override, reserved_ids
 from depthnb.devices import PEAK_FLOPS
 from depthnb.model import DecoderLM
 from depthnb.optim import make_optimizer
-from depthnb.plan import (GPUS, USABLE_MEMORY, GiB, activation_bytes, cli_plan, family_model, family_runs,
+from depthnb.plan import (GPUS, USABLE_MEMORY, GiB, activation_bytes, cli_plan, family_model, format_plan, family_runs,
                           matmul_params, measured_mfu, memory_per_gpu, n_params, optimizer_state_bytes, plan_table,
                           stack_model, study_runs)
 from depthnb.schedules import SAUNSHI_MODELS, TABLE1_SPEEDUPS, speedup
@@ -148,9 +148,18 @@ def test_measured_mfu_reads_results_md(tmp_path):
     results.write_text("# Benchmark results\n\n" + section.format(dev="CPU", mfu="–")
                        + section.format(dev="NVIDIA H100 80GB HBM3", mfu="35.5")
                        + section.format(dev="NVIDIA H100 80GB HBM3", mfu="41.25"))
-    mfu, header = measured_mfu(GPUS["h100"], results)
+    mfu, header = measured_mfu(GPUS["h100"], "134M", results=results)
     assert mfu == pytest.approx(0.4125) and "H100" in header  # the newest
-    assert measured_mfu(GPUS["h200"], results) is None and measured_mfu(GPUS["h100"], tmp_path / "none.md") is None
+    assert measured_mfu(GPUS["h200"], "134M", results=results) is None
+    assert measured_mfu(GPUS["h100"], "374M", results=results) is None  # another size class: no record
+    assert measured_mfu(GPUS["h100"], "134M", "depthnb[band-flex]", results=results) is None  # another attention
+    assert measured_mfu(GPUS["h100"], "134M", results=tmp_path / "none.md") is None
+    out = format_plan("paper", 8, "h100", results=results)  # each size class: its record, or assumed
+    assert "MFU 41.2% for 134M, measured: benchmarks/RESULTS.md" in out
+    assert "MFU 40% ASSUMED for 41M, 374M" in out
+    t = plan_table("paper", 8, "h100", results=results).set_index("run")
+    assert t.loc["134M L=4", "mfu"] == pytest.approx(0.4125) and t.loc["41M L=4", "mfu_source"] == "assumed"
+    assert t.loc["134M L=4", "gpu_hours"] == pytest.approx(t.loc["134M L=4", "train_flops"] * 5 / (989e12 * 0.4125) / 3600)
 
 
 def test_cli_plan_prints_the_plan(capsys):
