@@ -28,7 +28,7 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # the checkout's depthnb, also where it is not installed
 
-from depthnb.band import band_width  # noqa: E402
+from depthnb.band import band_attention, band_width  # noqa: E402
 from depthnb.config import BAND_IMPLS  # noqa: E402
 from depthnb.model import (RelativePositionBias, attend, attention_mask_bias, flex_mask, layer_mask,  # noqa: E402
                            relative_position_bucket, softmax_attention)
@@ -44,6 +44,10 @@ BENCH = {  # `depthnb bench` flags per shape (as benchmarks/gpu.sh's stages)
     "374M": ["--size-class", "374M", "--layers", "24", "--n-ctx", "1024", "--batch", "16", "--paper-batch",
              "--parts", "train", "--steps", "2", "--warmup", "2", "--rounds", "3"],
 }
+# FlexAttention backward configurations to try, in order, where the default does not compile for a head width
+# (Hopper's shared memory: 232,448 B per block). Constraints: BLOCK_N1 % BLOCK_M1 == 0, BLOCK_M2 % BLOCK_N2 == 0.
+FLEX_FALLBACKS = ({"bwd_num_stages": 2},
+                  {"bwd_BLOCK_M1": 64, "bwd_BLOCK_N1": 64, "bwd_BLOCK_M2": 64, "bwd_BLOCK_N2": 64, "bwd_num_warps": 4})
 SHRUNK_BENCH = ["--size-class", "tiny", "--layers", "1", "--n-ctx", "32", "--batch", "2", "--steps", "1", "--warmup",
                 "1", "--rounds", "1", "--no-compile", "--parts", "train"]
 
@@ -58,7 +62,7 @@ def model_view(size_class: str, impl: str, t: int, device) -> SimpleNamespace:
                            cfg=SimpleNamespace(attn_impl=impl.removesuffix("-nobiasgrad")))
 
 
-def variant_call(name: str, view: SimpleNamespace, t: int, device, dtype):
+def variant_call(name: str, view: SimpleNamespace, t: int, device, dtype, kernel_options: dict | None = None):
     "A function of (q, k, v) that attends as the model does under variant `name`, and the bias table it trains (or None)."
     pos = torch.arange(t, device=device)
     table = view.rel_bias.table.weight
@@ -70,6 +74,8 @@ def variant_call(name: str, view: SimpleNamespace, t: int, device, dtype):
         mask = (flex_mask(view, t, device) if name == "flex-nobiasgrad" else
                 layer_mask(view, pos, pos, dtype=dtype) if name in BAND_IMPLS else
                 attention_mask_bias(view, pos, pos, dtype=dtype))
+        if kernel_options:
+            return band_attention(q, k, v, mask.band, mask.kernel, mask.block_mask, kernel_options=kernel_options)
         return attend(q, k, v, mask)
     return call, (table if table.requires_grad else None)
 
@@ -86,7 +92,7 @@ def backend(name: str, q, k, v, view) -> str:
     return torch.nn.attention.SDPBackend(choice).name
 
 
-def check_values(name: str, size_class: str, t: int, batch: int, device, dtype) -> dict:
+def check_values(name: str, size_class: str, t: int, batch: int, device, dtype, kernel_options=None) -> dict:
     "Relative errors of the output and of the q, k, v and table gradients against an fp32 dense path on `device`."
     sc = SIZE_CLASSES[size_class]
     h, d = sc.n_heads, sc.d_attn // sc.n_heads
@@ -104,7 +110,7 @@ def check_values(name: str, size_class: str, t: int, batch: int, device, dtype) 
                                     torch.zeros(t, t, device=device).masked_fill(
                                         torch.ones(t, t, dtype=torch.bool, device=device).triu(1), float("-inf")))
         else:
-            fn, table = variant_call(name, view, t, device, dtype)
+            fn, table = variant_call(name, view, t, device, dtype, kernel_options)
             with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
                 out = fn(*(x.to(dtype) for x in leaves))
         out.float().backward(d_out)
@@ -117,12 +123,12 @@ def check_values(name: str, size_class: str, t: int, batch: int, device, dtype) 
     return errors
 
 
-def time_call(name: str, size_class: str, t: int, batch: int, device, dtype, iters: int) -> dict:
+def time_call(name: str, size_class: str, t: int, batch: int, device, dtype, iters: int, kernel_options=None) -> dict:
     "Median forward + backward milliseconds per call and peak memory above the inputs (GB)."
     sc = SIZE_CLASSES[size_class]
     h, d = sc.n_heads, sc.d_attn // sc.n_heads
     view = model_view(size_class, name, t, device)
-    fn, _ = variant_call(name, view, t, device, dtype)
+    fn, _ = variant_call(name, view, t, device, dtype, kernel_options)
     q, k, v, d_out = (torch.randn(batch, h, t, d, device=device, dtype=dtype, requires_grad=i < 3) for i in range(4))
     cuda = device.type == "cuda"
 
@@ -167,17 +173,22 @@ def run_check(args) -> dict:
     for size_class in args.shapes:
         for name in args.variants:
             row = dict(shape=size_class, variant=name)
-            try:
-                sc = SIZE_CLASSES[size_class]
-                view = model_view(size_class, name, t, device)
-                q = torch.randn(1, sc.n_heads, t, sc.d_attn // sc.n_heads, device=device, dtype=dtype)
-                row["backend"] = backend(name, q, q, q, view)
-                row.update(check_values(name, size_class, t, min(batch, 2), device, dtype))
-                errs = [row[k] for k in ("out", "dq", "dk", "dv", "dtable") if row.get(k) is not None]
-                row["correct"] = all(e < args.tolerance for e in errs)
-                row.update(time_call(name, size_class, t, batch, device, dtype, args.iters))
-            except Exception as exc:  # a kernel that does not compile or run here is a result, not a stop
-                row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}" if str(exc) else type(exc).__name__
+            tries = (None, *FLEX_FALLBACKS) if name == "band-flex" and device.type == "cuda" else (None,)
+            for options in tries:  # the default configuration first; a fallback only where it fails
+                row = dict(shape=size_class, variant=name, kernel_options=options and json.dumps(options))
+                try:
+                    sc = SIZE_CLASSES[size_class]
+                    view = model_view(size_class, name, t, device)
+                    q = torch.randn(1, sc.n_heads, t, sc.d_attn // sc.n_heads, device=device, dtype=dtype)
+                    row["backend"] = backend(name, q, q, q, view)
+                    row.update(check_values(name, size_class, t, min(batch, 2), device, dtype, options))
+                    errs = [row[k] for k in ("out", "dq", "dk", "dv", "dtable") if row.get(k) is not None]
+                    row["correct"] = all(e < args.tolerance for e in errs)
+                    row.update(time_call(name, size_class, t, batch, device, dtype, args.iters, options))
+                    break
+                except Exception as exc:  # a kernel that does not compile or run here is a result, not a stop
+                    first = str(exc).splitlines()[0][:160] if str(exc) else ""
+                    row["error"] = f"{type(exc).__name__}: {first}" if first else type(exc).__name__
             print(json.dumps(row), flush=True)
             rows.append(row)
     for size_class in args.shapes:  # time ratios against the no-bias reference of the same shape, same run
@@ -200,7 +211,7 @@ def fastest_correct(result: dict) -> str | None:
 
 
 def record_check(result: dict, path: Path, best: str | None) -> None:
-    columns = ["shape", "variant", "backend", "out", "dq", "dk", "dv", "dtable", "correct", "ms", "speed_vs_reference",
+    columns = ["shape", "variant", "kernel_options", "backend", "out", "dq", "dk", "dv", "dtable", "correct", "ms", "speed_vs_reference",
                "peak_gb", "error"]
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     text = (f"\n### {stamp} · {result['device']} · attention check (benchmarks/attention_check.py)\n\n"

@@ -129,3 +129,24 @@ def test_cuda_kernels_match_fp32_dense(kernel):
         for name, a, b in zip(("output", "dq", "dk", "dv", "dband"), mine, ref):
             err = ((a - b).norm() / b.norm()).item()
             assert err < 2e-2, f"{kernel}, d_head {d}, {name}: relative error {err:.2e}"
+
+
+def test_attention_check_rehearses_on_the_cpu(tmp_path):
+    "benchmarks/attention_check.py at small shapes on the CPU: every variant's errors, time and the pick."
+    import importlib.util
+    import json
+    from pathlib import Path
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "attention_check.py"
+    spec = importlib.util.spec_from_file_location("attention_check", path)
+    check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(check)
+    record = tmp_path / "RESULTS.md"
+    argv = ["--device", "cpu", "--shrink", "--no-bench", "--shapes", "374M", "--variants", "reference,sdpa,band-flex",
+            "--iters", "2", "--record", str(record), "--out", str(tmp_path)]
+    assert check.main(argv) == 0
+    result = json.loads((tmp_path / "attention_check.json").read_text())
+    rows = {r["variant"]: r for r in result["rows"]}
+    assert rows["band-flex"]["correct"] and rows["band-flex"]["dtable"] < 1e-5 and rows["sdpa"]["dtable"] == 0
+    assert result["fastest_correct"] == "band-flex" and "fastest correct band variant: band-flex" in record.read_text()
+    with pytest.raises(SystemExit):
+        check.parse_args(["--variants", "nope"])
