@@ -26,6 +26,7 @@ setuptools.setup(
     url=cfg["git_url"],
     packages=setuptools.find_packages(include=["depthnb", "depthnb.*"]),
     include_package_data=True,
+    package_data={"depthnb": ["lm_eval_tasks/*.yaml"]},  # depthnb's lm-eval task files (--include_path)
     install_requires=cfg.get("requirements", "").split(),
     extras_require={"dev": cfg.get("dev_requirements", "").split() + cfg.get("hf_requirements", "").split(),
                     "hf": cfg.get("hf_requirements", "").split()},

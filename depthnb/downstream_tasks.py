@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib.resources
 import io
 import json
 import logging
@@ -22,6 +23,7 @@ from pathlib import Path
 import datasets
 import lm_eval
 import torch
+import yaml
 from lm_eval.evaluator import evaluate
 from lm_eval.tasks import TaskManager
 from lm_eval.tasks._yaml_loader import load_yaml
@@ -36,12 +38,13 @@ from .sources import FetchError, data_path
 from .tasks import HELD_OUT_SPLIT
 
 # %% auto #0
-__all__ = ['DOWNSTREAM_TASKS', 'GROUPS', 'TABLE1_GROUPS', 'FEWSHOT_SEED', 'GSM8K_HELD_OUT', 'math_solution', 'load_svamp',
-           'load_asdiv', 'load_mawps', 'load_gsm8k', 'load_nq_open', 'load_webquestions', 'DownstreamTask',
-           'hub_unavailable', 'task_unavailable', 'offline_if_unreachable', 'lm_eval_config', 'primitive_config',
-           'quiet_lm_eval', 'evaluate_config', 'evaluate_task', 'fits_context', 'ContextTooShort',
-           'gsm8k_finetune_data', 'result_dir', 'gsm8k_finetune_dir', 'finetune_gsm8k', 'result_path', 'select_tasks',
-           'score_run', 'cli_downstream']
+__all__ = ['DOWNSTREAM_TASKS', 'GROUPS', 'TABLE1_GROUPS', 'TASKS_DIR', 'FEWSHOT_SEED', 'GSM8K_HELD_OUT', 'math_solution',
+           'load_svamp', 'load_asdiv', 'load_mawps', 'load_gsm8k', 'load_nq_open', 'load_webquestions',
+           'DownstreamTask', 'hub_unavailable', 'task_unavailable', 'offline_if_unreachable', 'mirror_dataset',
+           'task_yaml_config', 'lm_eval_config', 'primitive_dataset', 'primitive_results', 'primitive_yaml_config',
+           'primitive_config', 'task_yaml', 'lm_eval_task_files', 'write_lm_eval_tasks', 'quiet_lm_eval',
+           'evaluate_config', 'evaluate_task', 'fits_context', 'ContextTooShort', 'gsm8k_finetune_data', 'result_dir',
+           'gsm8k_finetune_dir', 'finetune_gsm8k', 'result_path', 'select_tasks', 'score_run', 'cli_downstream']
 
 # %% ../nbs/07b_downstream_tasks.ipynb #9595ac1b
 def _expression(text: str) -> str:
@@ -178,11 +181,14 @@ for _t in DOWNSTREAM_TASKS.values():
 TABLE1_GROUPS = ("closed_book_qa", "open_book_qa", "math")
 
 # %% ../nbs/07b_downstream_tasks.ipynb #22db5573
+_OFFLINE_BECAUSE: dict[str, str] = {}  # offline flags depthnb set itself → the real cause
+
+
 def hub_unavailable(timeout: float = 2.0) -> str | None:
     "Why the Hugging Face hub cannot be used now (offline flags, or unreachable), or None."
     for flag in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
         if os.environ.get(flag, "0") not in ("0", "", "false", "False"):
-            return f"{flag} is set"
+            return _OFFLINE_BECAUSE.get(flag) if flag in _OFFLINE_BECAUSE else f"{flag} is set"
     host = re.sub(r"^https?://", "", os.environ.get("HF_ENDPOINT", "https://huggingface.co")).split("/")[0]
     try:
         socket.create_connection((host, 443), timeout=timeout).close()
@@ -211,7 +217,9 @@ def offline_if_unreachable() -> str | None:
     "Set the Hugging Face offline flags when the hub cannot be reached, so that `datasets` never waits on it; returns why."
     why = hub_unavailable()
     if why is not None:
-        os.environ["HF_DATASETS_OFFLINE"] = os.environ["HF_HUB_OFFLINE"] = "1"
+        for flag in ("HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE"):
+            if os.environ.get(flag, "0") in ("0", "", "false", "False"):  # set here: remember the real cause
+                os.environ[flag], _OFFLINE_BECAUSE[flag] = "1", why
     return why
 
 # %% ../nbs/07b_downstream_tasks.ipynb #40db0fb2
@@ -222,50 +230,135 @@ def _mirror_docs(loader: str) -> datasets.DatasetDict:
     return datasets.DatasetDict({split: datasets.Dataset.from_list(rows) for split, rows in docs.items()})
 
 
-def _mirror_dataset(loader: str, **_) -> datasets.DatasetDict:
-    "lm-eval's `custom_dataset` hook: a mirror loader's documents as a `DatasetDict`, read once per process (lm-eval passes its metadata)."
-    return _mirror_docs(loader)
+def mirror_dataset(depthnb_loader: str, **_) -> datasets.DatasetDict:
+    "lm-eval's `custom_dataset` hook of the mirror's tasks: the documents of loader `depthnb_loader` (the task's metadata), read once per process."
+    if depthnb_loader.partition(":")[0] not in _MIRROR_LOADERS:
+        raise ValueError(f"mirror_dataset: unknown loader {depthnb_loader!r}; loaders: {', '.join(_MIRROR_LOADERS)}")
+    return _mirror_docs(depthnb_loader)
 
 
-def lm_eval_config(name: str, shots: int | None = None) -> dict:
-    "The lm-eval task configuration of a downstream task: lm-eval's YAML with depthnb's changes, data from the mirror."
+_MIRROR_LOADERS = ("load_svamp", "load_asdiv", "load_mawps", "load_gsm8k", "load_nq_open", "load_webquestions")
+TASKS_DIR = Path(str(importlib.resources.files("depthnb"))) / "lm_eval_tasks"  # shipped with the package
+
+
+class _Function(str):
+    "A `!function module.name` reference in a task YAML."
+
+
+def _function_refs(value):
+    "`value` with lm-eval's file-relative `!function` paths (read unresolved) as importable `lm_eval.tasks...` names."
+    if isinstance(value, dict):
+        return {k: _function_refs(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_function_refs(v) for v in value]
+    root = str(_LM_EVAL_TASKS.resolve()) + "/"
+    if isinstance(value, str) and value.startswith(root):
+        return _Function("lm_eval.tasks." + value[len(root):].replace("/", "."))
+    return value
+
+
+def task_yaml_config(name: str) -> dict:
+    "The lm-eval configuration of a downstream task as written to its YAML file: lm-eval's with depthnb's changes, data from the mirror."
     task = DOWNSTREAM_TASKS[name]
     if task.base is None:
         raise ValueError(f"{task.title}: no task definition (see task_unavailable)")
-    config = dict(load_yaml(_LM_EVAL_TASKS / task.base))
+    config = _function_refs(load_yaml(_LM_EVAL_TASKS / task.base, resolve_func=False))
     config.pop("tag", None)
     if config.get("class") is not None:  # a Python task class (SQuAD v2): used as lm-eval defines it
-        return {"task": config["task"], "class": config["class"], "num_fewshot": task.shots if shots is None else shots}
-    config.update(task=name, num_fewshot=task.shots if shots is None else shots)
+        return {"task": name, "class": config["class"], "num_fewshot": task.shots}
+    config.update(task=name, num_fewshot=task.shots)
     config.update(dict(task.overrides))
     if task.loader is not None:
-        config.update(custom_dataset=functools.partial(_mirror_dataset, task.loader), dataset_path=None,
-                      dataset_name=None, dataset_kwargs=None)
+        for key in ("dataset_path", "dataset_name", "dataset_kwargs"):
+            config.pop(key, None)
+        config["custom_dataset"] = _Function("depthnb.downstream_tasks.mirror_dataset")
+        config["metadata"] = dict(config.get("metadata") or {}, depthnb_loader=task.loader)
+    return config
+
+
+def lm_eval_config(name: str, shots: int | None = None) -> dict:
+    "The lm-eval task configuration of a downstream task or `primitive_<name>`: its YAML file in `TASKS_DIR`, read as lm-eval reads it."
+    path = TASKS_DIR / f"{name}.yaml"
+    if name in DOWNSTREAM_TASKS and DOWNSTREAM_TASKS[name].base is None:
+        raise ValueError(f"{DOWNSTREAM_TASKS[name].title}: no task definition (see task_unavailable)")
+    if not path.exists():
+        raise ValueError(f"lm_eval_config: no task {name!r} in {TASKS_DIR.name}/ (write_lm_eval_tasks writes them)")
+    config = load_yaml(path)
+    if shots is not None:
+        config["num_fewshot"] = shots
     return config
 
 # %% ../nbs/07b_downstream_tasks.ipynb #9eb830ca
-def _primitive_dataset(name: str, n: int, shots: int, seed: int, **_) -> datasets.DatasetDict:
-    examples = few_shot(holdout_set(name, n, seed), k=shots, seed=seed)
-    return datasets.DatasetDict({"test": datasets.Dataset.from_list(examples)})
+def primitive_dataset(depthnb_primitive: str, depthnb_n: int = 1000, depthnb_shots: int = 5, depthnb_seed: int = 0,
+                      **_) -> datasets.DatasetDict:
+    "lm-eval's `custom_dataset` hook of `primitive_<name>`: held-out examples, few-shot prompts (the task's metadata)."
+    examples = few_shot(holdout_set(depthnb_primitive, int(depthnb_n), int(depthnb_seed)), k=int(depthnb_shots),
+                        seed=int(depthnb_seed))
+    return datasets.DatasetDict({"test": datasets.Dataset.from_list([dict(e, primitive=depthnb_primitive) for e in examples])})
 
 
-def _primitive_results(name: str, doc: dict, results: list[str]) -> dict:
+def primitive_results(doc: dict, results: list[str]) -> dict:
+    "lm-eval's `process_results` of `primitive_<name>`: Table 6's scoring of the continuation (PSM also with the calculator)."
+    name = doc["primitive"]
     out = {"accuracy": float(score_primitive(name, results[0], doc["target"]))}
     if get_task(name).family == "psm":
         out["accuracy_calculator"] = float(score_primitive(name, results[0], doc["target"], calculator=True))
     return out
 
 
-def primitive_config(name: str, n: int = 1000, shots: int = 5, seed: int = 0) -> dict:
-    "The lm-eval task `primitive_<name>`: `n` held-out examples of a reasoning primitive, `shots`-shot, scored as Table 6."
+def primitive_yaml_config(name: str, n: int = 1000, shots: int = 5, seed: int = 0) -> dict:
+    "The lm-eval task `primitive_<name>` as written to its YAML file: `n` held-out examples, `shots`-shot, scored as Table 6."
     get_task(name)
     metrics = ["accuracy"] + (["accuracy_calculator"] if get_task(name).family == "psm" else [])
-    return dict(task=f"primitive_{name}", custom_dataset=functools.partial(_primitive_dataset, name, n, shots, seed),
+    return dict(task=f"primitive_{name}", custom_dataset=_Function("depthnb.downstream_tasks.primitive_dataset"),
                 output_type="generate_until", test_split="test", doc_to_text="{{prompt}}", doc_to_target="{{target}}",
-                target_delimiter="", num_fewshot=0, process_results=functools.partial(_primitive_results, name),
+                target_delimiter="", num_fewshot=0, process_results=_Function("depthnb.downstream_tasks.primitive_results"),
                 generation_kwargs={"until": ["\n"], "max_gen_toks": 16, "do_sample": False},
                 metric_list=[{"metric": m, "aggregation": "mean", "higher_is_better": True} for m in metrics],
-                metadata={"version": 1.0})
+                metadata={"version": 1.0, "depthnb_primitive": name, "depthnb_n": n, "depthnb_shots": shots,
+                          "depthnb_seed": seed})
+
+
+def primitive_config(name: str, n: int = 1000, shots: int = 5, seed: int = 0) -> dict:
+    "The lm-eval task `primitive_<name>` from its YAML file, with `n` examples, `shots` shots and `seed` in its metadata."
+    get_task(name)
+    config = lm_eval_config(f"primitive_{name}")
+    config["metadata"] = dict(config["metadata"], depthnb_n=n, depthnb_shots=shots, depthnb_seed=seed)
+    return config
+
+
+class _TaskDumper(yaml.SafeDumper):
+    "YAML as lm-eval reads it: `!function` references, keys in their order, long lines kept."
+
+
+_TaskDumper.add_representer(_Function, lambda d, v: d.represent_scalar("!function", str(v), style=""))
+_TaskDumper.add_representer(str, lambda d, v: d.represent_scalar("tag:yaml.org,2002:str", v, style='"' if "\n" in v else None))
+
+
+def task_yaml(config: dict) -> str:
+    "A task configuration as lm-eval YAML text."
+    return ("# Generated by depthnb.downstream_tasks.write_lm_eval_tasks (nbs/07b_downstream_tasks.ipynb); do not edit.\n"
+            + yaml.dump(config, Dumper=_TaskDumper, sort_keys=False, allow_unicode=True, width=1000))
+
+
+def lm_eval_task_files() -> dict[str, str]:
+    "Every depthnb task as lm-eval YAML: file name → text (the downstream tasks lm-eval can define, then the primitives)."
+    configs = [task_yaml_config(t) for t, task in DOWNSTREAM_TASKS.items() if task.base is not None]
+    configs += [primitive_yaml_config(p) for p in PRIMITIVE_TASKS]
+    return {f"{c['task']}.yaml": task_yaml(c) for c in configs}
+
+
+def write_lm_eval_tasks(folder: str | Path = TASKS_DIR) -> list[Path]:
+    "Write every depthnb task's YAML into `folder` (default: the package's, which `--include_path` takes); stale files removed."
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    files = lm_eval_task_files()
+    for old in folder.glob("*.yaml"):
+        if old.name not in files:
+            old.unlink()
+    for name, text in files.items():
+        atomic_write_text(folder / name, text)
+    return sorted(folder / n for n in files)
 
 # %% ../nbs/07b_downstream_tasks.ipynb #5e5d264c
 FEWSHOT_SEED = 1234  # simple_evaluate's default fewshot_random_seed
@@ -298,6 +391,8 @@ def quiet_lm_eval(quiet: bool = True):
 def evaluate_config(lm, config: dict, limit: int | None = None, quiet: bool = True) -> tuple[dict, int, float]:
     "(metrics, examples, seconds) of `lm` on one lm-eval task configuration."
     t0 = time.perf_counter()
+    if isinstance(config, dict) and "custom_dataset" in config and not callable(config["custom_dataset"]):
+        raise ValueError(f"evaluate_config: task {config.get('task')!r}: custom_dataset is not a function")
     with quiet_lm_eval(quiet):
         loaded = _task_manager().load([config])
         for task in loaded["tasks"].values():
@@ -313,10 +408,12 @@ def evaluate_task(lm, name: str, shots: int | None = None, limit: int | None = N
     "Score `lm` (any lm-eval model) on downstream task `name`: a record for the tables."
     task = DOWNSTREAM_TASKS[name]
     config = lm_eval_config(name, shots)
+    cut_before = sum(getattr(lm, "truncated", {}).values())
     metrics, n, seconds = evaluate_config(lm, config, limit, quiet)
+    truncated = sum(lm.truncated.values()) - cut_before if hasattr(lm, "truncated") else None
     return dict(task=name, title=task.title, group=task.group, shots=config["num_fewshot"], limit=limit, n=n,
                 metric=task.metric, accuracy=metrics.get(task.metric), metrics=metrics,
-                calculator=bool(getattr(lm, "calculator", False)), seconds=round(seconds, 2),
+                calculator=bool(getattr(lm, "calculator", False)), truncated=truncated, seconds=round(seconds, 2),
                 lm_eval_version=lm_eval.__version__)
 
 # %% ../nbs/07b_downstream_tasks.ipynb #7a2f6a65
@@ -432,8 +529,9 @@ def score_run(source: str | Path, tasks: list[str], *, shots: int | None = None,
             rec = dict(evaluate_task(lms[key], name, n_shots, limit, quiet), source=str(source), model=str(model_source))
             atomic_write_text(path, json.dumps(rec, indent=1))
             records.append(rec)
+            cut = f", {rec['truncated']} requests cut to fit the context" if rec.get("truncated") else ""
             log(f"{path}: {rec['title']} {rec['shots']}-shot{' with calculator' if calc else ''}: "
-                f"{rec['metric']} {rec['accuracy']:.3f} (n={rec['n']}, {rec['seconds']:.1f} s)")
+                f"{rec['metric']} {rec['accuracy']:.3f} (n={rec['n']}{cut}, {rec['seconds']:.1f} s)")
     return records
 
 # %% ../nbs/07b_downstream_tasks.ipynb #280bb18d
@@ -453,8 +551,13 @@ def cli_downstream(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, ...")
     ap.add_argument("--overwrite", action="store_true", help="score again even where a result exists")
     ap.add_argument("--verbose", action="store_true", help="show lm-eval's warnings and progress bars")
+    ap.add_argument("--include-path", action="store_true",
+                    help="print the folder of depthnb's lm-eval task YAMLs (for lm_eval --include_path) and exit")
 
     def command(args) -> int:
+        if args.include_path:
+            print(TASKS_DIR)
+            return 0
         for option, value in (("--shots", args.shots), ("--limit", args.limit), ("--batch-size", args.batch_size)):
             if value is not None and value < (0 if option == "--shots" else 1):
                 raise UsageError(f"{option} {value}: out of range; allowed: integers ≥ {0 if option == '--shots' else 1}")
@@ -473,6 +576,9 @@ def cli_downstream(argv: list[str] | None = None) -> int:
                 raise UsageError(f"no finished pretraining run of preset {preset.name!r} in this selection; "
                                  f"run `depthnb pretrain --preset {preset.name}` first or name runs")
         offline_if_unreachable()  # offline: datasets must not try the network
+        reasons = [why for t in tasks if (why := task_unavailable(t)) is not None]
+        if len(reasons) == len(tasks):
+            raise RuntimeError("nothing to score: " + "; ".join(reasons))
         calcs = {"on": (True,), "off": (False,), "both": (False, True)}[args.calculator]
         for source in sources:
             score_run(source, tasks, shots=args.shots, limit=args.limit, calculators=calcs, batch_size=args.batch_size,
