@@ -1,15 +1,16 @@
 #!/usr/bin/env python3
-"""The GPU plan of issue 17: benchmarks and the `gpu` preset's science in 15-minute device windows.
+"""The GPU plan: the benchmarks and the `gpu` preset's science, run resumably under a deadline on any time-limited
+GPU job (a batch scheduler's wall-time limit, a preemptible instance, a short interactive lease).
 
-    python3 benchmarks/gpu_plan.py budget                 # the per-stage budget table and what each window runs
-    python3 benchmarks/gpu_plan.py prepare [--stages S]   # CPU: data + wheels + plan.json into .gpu/ (carried)
-    python3 benchmarks/gpu_plan.py device --budget 540    # on the device: stages back to back, results to $OUT
-    python3 benchmarks/gpu_plan.py assemble DIR [DIR...]  # CPU: returned $OUT folders -> figures/<preset>/, RESULTS.md
-    python3 benchmarks/gpu_plan.py rehearse               # CPU: the whole plan at shrunk shapes, two calls, a cut
+    python3 benchmarks/gpu_plan.py budget [--deadline S]        # the per-stage estimates and what each job runs
+    python3 benchmarks/gpu_plan.py prepare [--stages S]         # CPU: data + wheels + plan.json into .gpu/ (carried)
+    python3 benchmarks/gpu_plan.py run --deadline S --out DIR   # on the GPU: stages back to back until the deadline
+    python3 benchmarks/gpu_plan.py assemble DIR [DIR...]        # CPU: results folders -> figures/<preset>/, RESULTS.md
+    python3 benchmarks/gpu_plan.py rehearse                     # CPU: the whole plan at shrunk shapes, two jobs, a cut
 
-Every stage runs as a subprocess under a deadline; stages are resumable (bench stages are short and start only
-when they fit; science stages resume from their checkpoints), so the device command can be repeated call after
-call while the machine is warm. benchmarks/README.md ("The GPU plan") explains the order and the budget.
+Every stage runs as a subprocess under the job's deadline; stages are resumable (benchmarks are short and start
+only when they fit; science stages resume from their checkpoints), so the same `run` command is repeated, job after
+job, on the same checkout until every stage is done. benchmarks/README.md ("The GPU plan") explains the order.
 """
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ import hashlib
 import json
 import math
 import os
+import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -32,13 +35,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PLAN_DIR = ".gpu"  # carried folder (git-ignored): plan.json, data.tar.xz, whl/
-STATE_DIR = Path("runs") / "gpu-plan"  # on the device: state, logs, figures, bench outputs (ignored: kept warm)
-SITE_DIR = STATE_DIR / "site"  # on the device: the carried wheels, installed once per machine
+STATE_DIR = Path("runs") / "gpu-plan"  # on the GPU: state, logs, figures, bench outputs, checkpoints (ignored)
+SITE_DIR = STATE_DIR / "site"  # on the GPU: the carried wheels, installed once per checkout
+RESULTS_DIR = STATE_DIR / "results"  # `run --out` default: what a job hands back
 
 
 def use_carried_wheels(root: Path = ROOT) -> Path | None:
     """Install the wheels carried in .gpu/whl (what depthnb needs that the GPU image lacks: fastcore, papermill, ...)
-    into runs/gpu-plan/site, once per machine, and put that folder first on sys.path and on PYTHONPATH, which every
+    into runs/gpu-plan/site, once per checkout, and put that folder first on sys.path and on PYTHONPATH, which every
     stage inherits. Returns the folder, or None where no wheels were carried."""
     wheels = sorted((root / PLAN_DIR / "whl").glob("*.whl"))
     if not wheels:
@@ -55,10 +59,10 @@ def use_carried_wheels(root: Path = ROOT) -> Path | None:
     return site
 
 
-if __name__ == "__main__" and sys.argv[1:2] == ["device"]:
+if __name__ == "__main__" and sys.argv[1:2] == ["run"]:
     use_carried_wheels()  # before depthnb is imported below: its model module needs fastcore, which the image lacks
 
-sys.path.insert(0, str(ROOT))  # the checkout's depthnb, also where it is not installed (the device)
+sys.path.insert(0, str(ROOT))  # the checkout's depthnb, also where it is not installed (the GPU image)
 
 from packaging.requirements import Requirement  # noqa: E402
 
@@ -70,16 +74,13 @@ from depthnb.sources import cache_dir, data_path, default_mirror, registry  # no
 from depthnb.schedules import speedup, stack_config  # noqa: E402
 from depthnb.solver import flops_per_token, model_config  # noqa: E402
 
-# --- the device tool's limits (/work/.library/device/README.md, read 2026-11-26), and what the plan leaves for itself ---
-DEVICE_SECONDS = 15 * 60  # device time of one session (a window): the start, the calls and the idle time between
-CALL_SECONDS = 10 * 60  # one command at most (its timeout_s)
-START_SECONDS = 120  # a cold machine's start, counted against the session ("1-2 min"; 2026-11-26: about 60 s)
-CALL_BUDGET = 540  # the window's first call: --budget 540 with timeout_s 600 (the rest: wheel install, transfers)
-SECOND_CALL_MARGIN = 40  # the second call's --budget is budget_left_s less this: the gap, transfers, give_back
-SETUP_SECONDS = 15  # of each call's budget before its first stage: leftovers, data unpack, the environment probe
-RESERVE_SECONDS = 20  # kept at the end of a call to pack $OUT
-CARRY_BYTES = 64 * 2**20  # the working tree plus carried paths
-OUT_FILES, OUT_FILE_BYTES = 8, 16 * 2**20  # files back from $OUT, and each one's size
+# --- a job: its deadline and what the plan keeps of it for itself; what travels and what comes back ----------------
+DEADLINE = 540  # `--deadline` default: a 10-minute job less a minute for the carried wheels' install and copying back
+SETUP_SECONDS = 15  # of each job's deadline before its first stage: leftovers, data unpack, the environment probe
+RESERVE_SECONDS = 20  # kept at the end of a job to pack the results folder
+CARRY_MIB = 64  # `prepare --carry-limit-mib` default: the checkout plus the carried folder that a job's upload holds
+RESULT_FILE_MIB = 16  # `run --max-file-mib` default: a larger results file is warned about (a copy-back limit)
+RESULT_FILES = ("state.json", "summary.md", "RESULTS.md", "figures.tar.gz", "bench.tar.gz", "logs.tar.gz")
 MIN_SCIENCE_SECONDS = 60  # a resumable stage is started only with this much time left
 MAX_FAILURES = 2  # a science stage that failed this often is not started again (a benchmark: once)
 
@@ -97,7 +98,7 @@ DOWNSTREAM_LIMIT = 100  # midas_downstream's examples per task at `gpu` (its AUT
 DOWNSTREAM_PASS_EXAMPLES = 2 * DOWNSTREAM_LIMIT + 2 * 6 * DOWNSTREAM_LIMIT + 2 * DOWNSTREAM_LIMIT
 DOWNSTREAM_NEW_TOKENS = 64  # assumed mean greedy tokens per answer (stop sequences end most answers early)
 
-MARKER = "DEPTHNB_GPU_PLAN"  # set on every stage process: leftovers of a killed call are found by it
+MARKER = "DEPTHNB_GPU_PLAN"  # set on every stage process: leftovers of a killed job are found by it
 
 
 @dataclass(frozen=True)
@@ -108,17 +109,18 @@ class Stage:
     what: str
     bench: str = ""  # gpu.sh stage
     experiments: tuple[str, ...] = ()
-    after: tuple[str, ...] = ()  # stages that must be done first, on the same machine
+    after: tuple[str, ...] = ()  # stages that must be done first, in the same checkout
 
 
-# Most valuable first, and grouped so that what one window (a fresh machine) can finish comes together: the
-# benchmarks and the CUDA tests first (the MFU targets are what only a GPU can show), then the science, the Petty
-# chain (pretrain -> finetune -> controls) before the MIDAS one (stacking -> primitives, downstream).
+# Most valuable first: the attention check and its two benchmarks, then the CUDA tests (what only a GPU can show),
+# the other benchmarks, then the science, the Petty chain (pretrain -> finetune -> controls) before the MIDAS one
+# (stacking -> primitives, downstream).
 STAGES = (
-    Stage("bench-134M", "bench", "134M class at its base depth: MFU >= 45%, ratio >= 1.0", bench="134M"),
-    Stage("cuda-tests", "bench", "FlexAttention vs SDPA, compiled bf16 training, CLI, FSDP2 bf16 (nccl) on CUDA",
-          bench="tests"),
-    Stage("bench-374M", "bench", "374M at the paper's batch: MFU >= 50%, fits 80 GB", bench="374M"),
+    Stage("attention", "bench", "band attention checked and timed per call at 134M and 374M, then depthnb bench at "
+          "134M x 12 and 374M x 24 (paper batch) for the fastest correct variant: ratio >= 0.85 and >= 0.75",
+          bench="attention"),
+    Stage("cuda-tests", "bench", "band kernels, FlexAttention vs SDPA, compiled bf16 training, CLI, FSDP2 bf16 "
+          "(nccl) on CUDA", bench="tests"),
     Stage("bench-midas", "bench", "MIDAS wall clock >= 90% of its FLOP speedup, both runs warmed up",
           bench="midas"),
     Stage("bench-cogs", "bench", "21,000 COGS gen examples decoded by a 41M model: <= 2 min", bench="cogs"),
@@ -141,16 +143,20 @@ STAGES = (
 STAGE_NAMES = tuple(s.name for s in STAGES)
 STAGE_BY_NAME = {s.name: s for s in STAGES}
 
-# gpu.sh stages as measured on an H200 on 2026-11-26 (figures/gpu/gpu_plan/PLAN_STATUS.md), on a cold machine: 134M
-# 87 s with its flex variant failing to compile (a flex that compiles adds its timed rounds), the CUDA tests 92 s
-# (the FSDP test failed early then), 374M 274 s. COGS was cut after 221 s with nothing printed: it decodes with
-# both depthnb and the reference, so 300 s is a lower bound. MIDAS is not measured yet (two compiled stacking runs).
-# The 134M stage now also times the two frozen-bias diagnostics (about 20 s of compilation each, warm).
-BENCH_SECONDS = {"134M": 115, "tests": 100, "374M": 275, "cogs": 300, "midas": 180}
-# What the plan adds to gpu.sh's stages on the device: the 134M run with both frozen-bias diagnostics in place of
-# flex (whose backward found no kernel configuration that fits an H200's shared memory: it would fail again), to
-# tell how much of the gap to the reference is the bias gradient; and only the CUDA tests (the CPU ones ran in CI).
-DEVICE_BENCH_FLAGS = {"134M": ["--attn-impl", "sdpa,sdpa-nobiasgrad,flex-nobiasgrad"], "tests": ["-m", "gpu"]}
+# Seconds of the plan's gpu.sh stages on a cold machine. Measured on an H200 (torch 2.11; the first run of this plan,
+# figures/gpu/gpu_plan/PLAN_STATUS.md): gpu.sh 134M 87 s (sdpa and the reference compiled and timed, flex failing to
+# compile), the CUDA tests 92 s, gpu.sh 374M 274 s (per contender a compile, then 6 timed steps of 131,072 tokens:
+# sdpa 42 s + 6 x 3.3 s, flex 64 s + 6 x 15.7 s, the reference 35 s + 6 x 0.84 s). COGS was cut after 221 s with
+# nothing printed: it decodes with both depthnb and the reference, so 300 s is a lower bound. MIDAS is not measured.
+# Estimated from those:
+# - `attention` (benchmarks/attention_check.py): about 120 s for the check itself (7 variants at two shapes, the flex
+#   kernels' compiles, 10 timed calls each), then `depthnb bench` for one band variant and the reference at 134M
+#   (90 s: as much compiling and timing as the 87 s run) and at 374M (120 s: the 274 s run less flex's 158 s, the
+#   band variant no slower than sdpa): 330 s.
+# - `tests`: the 92 s run plus tests/test_band.py's CUDA kernels (three kernels, one flex compile): 130 s.
+BENCH_SECONDS = {"attention": 330, "tests": 130, "cogs": 300, "midas": 180}
+# What the plan adds to gpu.sh's stages: only the CUDA tests (the CPU ones run in `make test`).
+PLAN_BENCH_FLAGS = {"tests": ["-m", "gpu"]}
 
 
 # ------------------------------------------------------------------------------------------- the budget
@@ -201,25 +207,13 @@ def stage_seconds(preset) -> dict[str, float]:
     return {s.name: BENCH_SECONDS[s.bench] if s.kind == "bench" else science[s.name] for s in STAGES}
 
 
-def call_budgets(start: float = START_SECONDS) -> tuple[float, float]:
-    """--budget of a window's two calls: the first right after the machine's start; the second at once on the warm
-    machine (it is given back 30 s after a call) with what is left: budget_left_s less SECOND_CALL_MARGIN."""
-    left_after_first = DEVICE_SECONDS - start - CALL_SECONDS
-    return CALL_BUDGET, left_after_first - SECOND_CALL_MARGIN
-
-
-def window_calls(start: float = START_SECONDS) -> list[float]:
-    "Stage seconds of a window's calls: each budget less the call's setup and the reserve kept to pack $OUT."
-    return [b - SETUP_SECONDS - RESERVE_SECONDS for b in call_budgets(start)]
-
-
-def window_seconds() -> int:
-    "Stage time one window gives, with a slow start."
-    return round(sum(window_calls()))
+def job_seconds(deadline: float = DEADLINE) -> float:
+    "Stage time of one job: its deadline less the setup before the first stage and the reserve kept to pack results."
+    return deadline - SETUP_SECONDS - RESERVE_SECONDS
 
 
 def with_prerequisites(names) -> tuple[str, ...]:
-    "`names` and every stage they need, in plan order: a window is a fresh machine, so what a stage needs runs again."
+    "`names` and every stage they need, in plan order (a fresh checkout runs what a stage needs again)."
     need = set(names)
     for s in reversed(STAGES):  # a stage's prerequisites come before it
         if s.name in need:
@@ -227,66 +221,59 @@ def with_prerequisites(names) -> tuple[str, ...]:
     return tuple(n for n in STAGE_NAMES if n in need)
 
 
-def schedule_windows(seconds: dict[str, float], calls: list[float] | None = None) -> list[list[list[tuple[str, bool]]]]:
-    """What each window runs, call by call, as (stage, finished) pairs, by the rules of `Call.run`: stages in plan
+def schedule_jobs(seconds: dict[str, float], deadline: float = DEADLINE) -> list[list[tuple[str, bool]]]:
+    """What each job of `deadline` seconds runs, as (stage, finished) pairs, by the rules of `Job.run`: stages in plan
     order; a benchmark starts only when its estimate fits the time left, a science stage with MIN_SCIENCE_SECONDS left
-    and, cut at the call's end, resumes in the window's next call. Each window is prepared with the stages the earlier
-    ones did not finish; being a fresh machine, it runs their prerequisites again."""
-    calls = window_calls() if calls is None else calls
-    todo, windows = list(STAGE_NAMES), []
-    while todo:
-        need, done, spent, window = with_prerequisites(todo), set(), {}, []
-        for capacity in calls:
-            left, ran = capacity, []
-            for s in (STAGE_BY_NAME[n] for n in need):
-                if s.name in done or any(a not in done for a in s.after):
-                    continue
-                rest = seconds[s.name] - spent.get(s.name, 0.0)
-                if left < (rest if s.kind == "bench" else MIN_SCIENCE_SECONDS):
-                    continue
-                used = min(rest, left)
-                spent[s.name], left = spent.get(s.name, 0.0) + used, left - used
-                ran.append((s.name, used == rest))
-                if used < rest:
-                    break  # cut: this call's time is spent
-                done.add(s.name)
-            window.append(ran)
-        if not done.intersection(todo):
-            raise ValueError(f"{todo[0]}: does not fit one window ({seconds[todo[0]]:.0f} s; calls {calls})")
-        windows.append(window)
-        todo = [n for n in todo if n not in done]
-    return windows
+    and, cut at the deadline, resumes in the next job (on the same checkout, whose runs/gpu-plan keeps the state and
+    the checkpoints)."""
+    capacity = job_seconds(deadline)
+    if capacity < MIN_SCIENCE_SECONDS:
+        raise ValueError(f"--deadline {deadline:g}: leaves {capacity:g} s for stages; at least "
+                         f"{MIN_SCIENCE_SECONDS + SETUP_SECONDS + RESERVE_SECONDS} s needed")
+    done, spent, jobs = set(), {}, []
+    while len(done) < len(STAGES):
+        left, ran = capacity, []
+        for s in STAGES:
+            if s.name in done or any(a not in done for a in s.after):
+                continue
+            rest = seconds[s.name] - spent.get(s.name, 0.0)
+            if left < (rest if s.kind == "bench" else MIN_SCIENCE_SECONDS):
+                continue
+            used = min(rest, left)
+            spent[s.name], left = spent.get(s.name, 0.0) + used, left - used
+            ran.append((s.name, used == rest))
+            if used < rest:
+                break  # cut: this job's time is spent
+            done.add(s.name)
+        if not ran:
+            todo = next(s for s in STAGES if s.name not in done)
+            raise ValueError(f"{todo.name}: does not fit a job ({seconds[todo.name]:.0f} s; {capacity:.0f} s of stages "
+                             f"in a job of --deadline {deadline:g})")
+        jobs.append(ran)
+    return jobs
 
 
-def budget_table(preset) -> list[dict]:
-    "One row per stage in plan order: estimated seconds and the window (1, 2, ...) that first finishes it."
+def budget_table(preset, deadline: float = DEADLINE) -> list[dict]:
+    "One row per stage in plan order: estimated seconds and the job (1, 2, ...) that finishes it."
     seconds = stage_seconds(preset)
-    finished = {}
-    for w, window in enumerate(schedule_windows(seconds), 1):
-        for name, _ in (x for ran in window for x in ran if x[1]):
-            finished.setdefault(name, w)
-    return [dict(stage=s.name, kind=s.kind, seconds=round(seconds[s.name]), window=finished[s.name], what=s.what)
+    finished = {name: j for j, ran in enumerate(schedule_jobs(seconds, deadline), 1) for name, fin in ran if fin}
+    return [dict(stage=s.name, kind=s.kind, seconds=round(seconds[s.name]), job=finished[s.name], what=s.what)
             for s in STAGES]
 
 
-def format_budget(preset) -> str:
-    rows, seconds = budget_table(preset), stage_seconds(preset)
-    (first, second), calls = call_budgets(), window_calls()
-    lines = [f"GPU plan for preset {preset.name!r}: estimated stage seconds (benchmarks as measured on an H200; "
+def format_budget(preset, deadline: float = DEADLINE) -> str:
+    rows, seconds = budget_table(preset, deadline), stage_seconds(preset)
+    lines = [f"GPU plan for preset {preset.name!r}: estimated stage seconds (benchmarks from runs on an H200; "
              f"science at an assumed {PRETRAIN_MFU:.0%} MFU pretraining, {FINETUNE_MFU:.0%} fine-tuning, "
              f"{PEAK_FLOPS / 1e12:.0f} TFLOP/s peak)",
-             "| stage | kind | est. s | window | what |", "|---|---|---:|---:|---|"]
-    lines += [f"| {r['stage']} | {r['kind']} | {r['seconds']} | {r['window']} | {r['what']} |" for r in rows]
-    lines.append(f"total {sum(r['seconds'] for r in rows)} s of stage time. One window ({DEVICE_SECONDS} s of device "
-                 f"time) gives {window_seconds()} s: a {START_SECONDS} s start, a first call of --budget {first} "
-                 f"({calls[0]:.0f} s of stages; up to {CALL_SECONDS} s with its wheel install and transfers), then "
-                 f"at once a second of --budget budget_left_s - {SECOND_CALL_MARGIN} (about {second:.0f}: "
-                 f"{calls[1]:.0f} s of stages); each call keeps {SETUP_SECONDS} s for its setup and "
-                 f"{RESERVE_SECONDS} s to pack $OUT.")
-    for w, window in enumerate(schedule_windows(seconds), 1):
-        runs = "; ".join(f"call {c}: " + (", ".join(n + ("" if fin else " (cut)") for n, fin in ran) or "-")
-                         for c, ran in enumerate(window, 1))
-        lines.append(f"window {w}: {runs}")
+             "| stage | kind | est. s | job | what |", "|---|---|---:|---:|---|"]
+    lines += [f"| {r['stage']} | {r['kind']} | {r['seconds']} | {r['job']} | {r['what']} |" for r in rows]
+    jobs = schedule_jobs(seconds, deadline)
+    lines.append(f"total {sum(r['seconds'] for r in rows)} s of stage time: {len(jobs)} job(s) of --deadline "
+                 f"{deadline:g} ({job_seconds(deadline):.0f} s of stages each: {SETUP_SECONDS} s are kept for the "
+                 f"setup and {RESERVE_SECONDS} s to pack the results), one after another on the same checkout")
+    for j, ran in enumerate(jobs, 1):
+        lines.append(f"job {j}: " + ", ".join(n + ("" if fin else " (cut)") for n, fin in ran))
     return "\n".join(lines)
 
 
@@ -301,10 +288,10 @@ def plan_preset(plan: dict):
 BENCH_REQUIREMENTS = ("fastcore",)
 
 
-def wheel_names(stages=STAGE_NAMES) -> list[str]:
-    """Distributions the planned stages need on the device that its image lacks (KINDS.md's package list), with
-    their requirements, as installed in this environment."""
-    image = set(_norm(n) for n in DEVICE_IMAGE.split())
+def wheel_names(stages=STAGE_NAMES, image_packages: str | None = None) -> list[str]:
+    """Distributions the planned stages need on the GPU that its image lacks (`image_packages`: names separated by
+    white space, `name==version` allowed; default GPU_IMAGE), with their requirements, as installed here."""
+    image = set(_norm(n.split("==")[0]) for n in (GPU_IMAGE if image_packages is None else image_packages).split())
     if all(STAGE_BY_NAME[n].kind == "bench" for n in stages):
         todo = list(BENCH_REQUIREMENTS)
     else:
@@ -320,15 +307,16 @@ def wheel_names(stages=STAGE_NAMES) -> list[str]:
         try:
             dist = metadata.distribution(name)
         except metadata.PackageNotFoundError:
-            raise UsageError(f"{name} (needed on the device) is not installed here; run `make install` first") from None
+            raise UsageError(f"{name} (needed on the GPU) is not installed here; run `make install` first") from None
         out.append(f"{dist.metadata['Name']}=={dist.version}")
         for req in map(Requirement, dist.requires or []):
-            if req.marker is None or req.marker.evaluate(DEVICE_MARKERS):
+            if req.marker is None or req.marker.evaluate(GPU_MARKERS):
                 todo.append(req.name)
     return sorted(out, key=str.lower)
 
 
-DEVICE_MARKERS = dict(python_version="3.12", python_full_version="3.12.3", sys_platform="linux", os_name="posix",
+# The GPU image's interpreter, for the requirements' environment markers and the wheels downloaded.
+GPU_MARKERS = dict(python_version="3.12", python_full_version="3.12.3", sys_platform="linux", os_name="posix",
                       platform_system="Linux", platform_machine="x86_64", implementation_name="cpython",
                       platform_python_implementation="CPython", extra="")
 
@@ -337,8 +325,9 @@ def _norm(name: str) -> str:
     return name.strip().lower().replace("_", "-").replace(".", "-")
 
 
-# The 'cuda' image's Python packages as KINDS.md lists them (read 2026-11-17).
-DEVICE_IMAGE = """absl-py accelerate aiofiles aiohappyeyeballs aiohttp aiosignal annotated-doc anyio attrs botorch build
+# The Python packages of the CUDA image (Python 3.12, PyTorch) the plan's first measurements ran on; the wheels carried
+# are what depthnb needs beyond them. Another image: `prepare --image-packages FILE` (e.g. its `pip freeze`).
+GPU_IMAGE = """absl-py accelerate aiofiles aiohappyeyeballs aiohttp aiosignal annotated-doc anyio attrs botorch build
 certifi charset-normalizer chex click cloudpickle cmake colorama contourpy coverage cuda-bindings cuda-core
 cuda-pathfinder cuda-toolkit cupy-cuda13x cycler cython diffrax e3nn einops equinox etils execnet filelock flatbuffers
 flax fonttools formulaic frozenlist fsspec gpytorch grpcio h11 h5py hf-xet httpcore httpx huggingface-hub humanize
@@ -358,8 +347,8 @@ NOT_NEEDED = {"ipywidgets", "widgetsnbextension", "jupyterlab-widgets"}  # noteb
 
 
 def download_wheels(names: list[str], dest: Path) -> None:
-    """cp312 manylinux wheels (or pure-Python ones) of `names` into `dest`, as the device README says; a name with no
-    wheel on the index (an sdist only) is built into one here."""
+    """cp312 manylinux wheels (or pure-Python ones) of `names` into `dest`, for the GPU image's interpreter
+    (GPU_MARKERS); a name with no wheel on the index (an sdist only) is built into one here."""
     dest.mkdir(parents=True, exist_ok=True)
     plats = [f"--platform={p}" for p in ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64",
                                          "manylinux2014_x86_64", "manylinux1_x86_64")]
@@ -394,7 +383,7 @@ def cache_files(preset, stages=STAGE_NAMES) -> list[Path]:
 
 def cuda_test_files() -> list[Path]:
     """What the CUDA tests read from the cache (tests/_train_common.CUDA_TEST_DATA: a tokenizer and 400 packed
-    documents, 0.2 MB compressed); the device cannot fetch the raw corpus they are made from."""
+    documents, 0.2 MB compressed); a GPU job need not reach the network to fetch the raw corpus they are made from."""
     sys.path.insert(0, str(ROOT / "tests"))
     from _train_common import CUDA_TEST_DATA, N_CTX
 
@@ -416,8 +405,8 @@ def tree_bytes(root: Path) -> int:
 
 
 def travelling_files(root: Path) -> list[str]:
-    "The files the device tool sends: git's tracked and untracked-not-ignored ones, or, in a copy without git, all "
-    "but the ignored folders this plan and the runs use."
+    "The files of the checkout a job needs: git's tracked and untracked-not-ignored ones, or, in a copy without git, "
+    "all but the ignored folders this plan and the runs use."
     git = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=root, capture_output=True)
     if git.returncode == 0:
         files = git.stdout.decode().split("\0")
@@ -435,7 +424,7 @@ def folder_bytes(folder: Path) -> int:
 def cmd_prepare(args) -> int:
     overrides = dict(kv.split("=", 1) for kv in args.overrides)
     plan = dict(preset=args.preset, overrides=overrides,
-                bench_flags=json.loads(args.bench_flags) if args.bench_flags else DEVICE_BENCH_FLAGS,
+                bench_flags=json.loads(args.bench_flags) if args.bench_flags else PLAN_BENCH_FLAGS,
                 stages=list(_stage_list(args.stages)), created=time.strftime("%Y-%m-%dT%H:%M:%S"))
     preset = plan_preset(plan)
     dest = Path(args.dest) if args.dest else ROOT / PLAN_DIR
@@ -448,34 +437,32 @@ def cmd_prepare(args) -> int:
     print(f"data: {len(files)} cache files -> {dest / 'data.tar.xz'} "
           f"({(dest / 'data.tar.xz').stat().st_size / 2**20:.1f} MiB, {time.time() - t0:.0f} s)")
     if args.wheels:
-        names = wheel_names(plan["stages"])
+        image = Path(args.image_packages).read_text() if args.image_packages else None
+        names = wheel_names(plan["stages"], image)
         download_wheels(names, dest / "whl")
         print(f"wheels: {len(names)} -> {dest / 'whl'} ({folder_bytes(dest / 'whl') / 2**20:.1f} MiB): {' '.join(names)}")
     (dest / "plan.json").write_text(json.dumps(plan, indent=1))
-    tree, carried = tree_bytes(ROOT), folder_bytes(dest)
+    tree, carried, limit = tree_bytes(ROOT), folder_bytes(dest), args.carry_limit_mib * 2**20
     print(f"carry: working tree {tree / 2**20:.1f} MiB + {dest.name}/ {carried / 2**20:.1f} MiB = "
-          f"{(tree + carried) / 2**20:.1f} MiB of {CARRY_BYTES / 2**20:.0f} MiB")
-    if tree + carried > CARRY_BYTES:
-        print(f"gpu_plan prepare: error: {tree + carried:,} bytes exceed the carry limit {CARRY_BYTES:,}; lower "
-              "pretrain.data.max_train_docs", file=sys.stderr)
+          f"{(tree + carried) / 2**20:.1f} MiB of {args.carry_limit_mib:g} MiB")
+    if tree + carried > limit:
+        print(f"gpu_plan prepare: error: {tree + carried:,} bytes exceed --carry-limit-mib {args.carry_limit_mib:g} "
+              f"({limit:,.0f} bytes); lower pretrain.data.max_train_docs or plan fewer --stages", file=sys.stderr)
         return 1
-    print(format_budget(preset))
+    print(format_budget(preset, args.deadline))
     print(f"\nplanned stages: {', '.join(plan['stages'])}")
-    print(run_calls())
+    print(job_commands(args.deadline))
     return 0
 
 
-def run_calls() -> str:
-    "The device tool calls of one window (benchmarks/README.md, 'In the window')."
-    least = SECOND_CALL_MARGIN + SETUP_SECONDS + RESERVE_SECONDS + MIN_SCIENCE_SECONDS
-    command = "python3 benchmarks/gpu_plan.py device --budget"
+def job_commands(deadline: float = DEADLINE) -> str:
+    "What each GPU job runs (benchmarks/README.md, 'On the GPU')."
     return "\n".join([
-        "run tool calls: the first; then, at once when it returns (the machine is given back 30 s after a call), the "
-        f"second if the first reply's lease.budget_left_s is at least {least}; then give_back:",
-        f'  run(command="{command} {CALL_BUDGET}", carry=["{PLAN_DIR}"], timeout_s={CALL_SECONDS})',
-        f'  run(command="{command} <budget_left_s - {SECOND_CALL_MARGIN}>", carry=["{PLAN_DIR}"], '
-        f'timeout_s={CALL_SECONDS})',
-        "  give_back()"])
+        f"each GPU job, in the checkout with {PLAN_DIR}/ carried, under a wall-time limit of the deadline plus a "
+        "minute for the wheels' install and copying the results back:",
+        f"  python3 benchmarks/gpu_plan.py run --deadline {deadline:g} --out <results folder>",
+        "then the results folder is copied back; the next job runs the same command on the same checkout (a fresh "
+        f"checkout: `prepare --stages` with the stages not done yet) until summary.md shows every stage done"])
 
 
 def _stage_list(text: str | None) -> tuple[str, ...]:
@@ -487,21 +474,30 @@ def _stage_list(text: str | None) -> tuple[str, ...]:
     return with_prerequisites(names)
 
 
-# ------------------------------------------------------------------------------------------- the device
-class Call:
-    "One device command: setup, the stages under a deadline, and $OUT kept current after every stage."
+# ------------------------------------------------------------------------------------------- a job (on the GPU)
+def shown(cmd: list[str]) -> str:
+    "A stage's command as its log records it: `python3` for this interpreter, whose path names the machine."
+    return shlex.join("python3" if a == sys.executable else a for a in cmd)
 
-    def __init__(self, root: Path, out: Path, budget: float, plan: dict, cut: set[str], log=print):
+
+class Job:
+    """One `run` on the GPU: setup, the stages until `deadline` seconds are spent, and the results folder `out` kept
+    current after every stage (so a job killed at its wall-time limit still hands back what was done)."""
+
+    def __init__(self, root: Path, out: Path, deadline: float, plan: dict, cut: set[str], log=print,
+                 max_file_bytes: float = RESULT_FILE_MIB * 2**20):
         self.root, self.out, self.plan, self.cut, self.log = root, out, plan, cut, log
-        self.t0, self.deadline = time.time(), time.time() + budget
+        self.max_file_bytes = max_file_bytes
+        self.t0, self.deadline = time.time(), time.time() + deadline
         self.state_dir = root / STATE_DIR
         self.state_file = self.state_dir / "state.json"
         self.state = json.loads(self.state_file.read_text()) if self.state_file.exists() else {
-            "calls": 0, "stages": {}}
-        self.state["calls"] += 1
-        self.call = self.state["calls"]
+            "jobs": 0, "stages": {}}
+        self.state["jobs"] += 1
+        self.state["checkout"] = str(root)  # for `assemble`, which makes the logs' paths relative to it
+        self.job = self.state["jobs"]
         self.env = dict(os.environ, PYTHONUNBUFFERED="1", DEPTHNB_DATA_MIRROR="none", MPLBACKEND="Agg",
-                        COGS_TSV=str(root / "data" / "cache" / "raw" / "cogs" / "gen.tsv"))
+                        COGS_TSV=str(Path("data") / "cache" / "raw" / "cogs" / "gen.tsv"))  # stages run in `root`
         self.env[MARKER] = str(root)
         self.ran: list[str] = []
 
@@ -509,7 +505,7 @@ class Call:
         return self.deadline - time.time() - RESERVE_SECONDS
 
     def setup(self) -> None:
-        """Kill a killed call's leftovers, unpack the carried data (once per machine), probe the environment. (The
+        """Kill a killed job's leftovers, unpack the carried data (once per checkout), probe the environment. (The
         carried wheels were installed before this module imported depthnb: `use_carried_wheels`.)"""
         kill_marked(str(self.root), self.log)
         self.env["PYTHONPATH"] = os.pathsep.join([str(self.root), self.env.get("PYTHONPATH", "")]).strip(os.pathsep)
@@ -521,7 +517,7 @@ class Call:
                 tar.extractall(self.root / "data" / "cache", filter="data")
             stamp.parent.mkdir(parents=True, exist_ok=True)
             stamp.write_text(digest)
-        info = self.state_dir / "logs" / f"call{self.call}_env.txt"
+        info = self.state_dir / "logs" / f"job{self.job}_env.txt"
         info.parent.mkdir(parents=True, exist_ok=True)
         probe = ("import torch, sys; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', "
                  "torch.version.cuda, torch.cuda.is_available() and torch.cuda.get_device_name(0)); "
@@ -543,13 +539,15 @@ class Call:
         return self.state["stages"].get(name, {}).get("status", "todo")
 
     def command(self, stage: Stage) -> list[str]:
+        "A stage's command, run in the checkout: its paths relative to it (they are recorded in logs and results)."
         flags = self.plan.get("bench_flags", {})
         if stage.kind == "bench":
-            return ["bash", "benchmarks/gpu.sh", stage.bench, *flags.get(stage.bench, [])]
+            return ["bash", "benchmarks/gpu.sh", "--out", str(STATE_DIR / "bench" / stage.name), stage.bench,
+                    *flags.get(stage.bench, [])]
         sets = [x for k, v in self.plan["overrides"].items() for x in ("--set", f"{k}={v}")]
         return [sys.executable, "-c", "import sys; from depthnb.cli import main; sys.exit(main(sys.argv[1:]))",
                 "reproduce", "--preset", self.plan["preset"], *sets, "--only", ",".join(stage.experiments),
-                "--runs-dir", str(self.state_dir / "runs"), "--figures-dir", str(self.state_dir / "figures")]
+                "--runs-dir", str(STATE_DIR / "runs"), "--figures-dir", str(STATE_DIR / "figures")]
 
     def run(self, stages: tuple[str, ...]) -> None:
         for stage in (s for s in STAGES if s.name in stages):
@@ -569,34 +567,33 @@ class Call:
                           f"{self.left():.0f} s left, needs {need} s")
                 continue
             if self.run_stage(stage) == "cut":
-                break  # the call's time is spent (or, in a rehearsal, is made to look spent)
+                break  # the job's time is spent (or, in a rehearsal, is made to look spent)
         self.pack()
 
     def failures(self, name: str) -> int:
-        return sum(c["status"] == "failed" for c in self.state["stages"].get(name, {}).get("calls", []))
+        return sum(j["status"] == "failed" for j in self.state["stages"].get(name, {}).get("jobs", []))
 
     def note(self, stage: Stage, status: str, why: str) -> None:
-        rec = self.state["stages"].setdefault(stage.name, {"seconds": 0.0, "calls": []})
+        rec = self.state["stages"].setdefault(stage.name, {"seconds": 0.0, "jobs": []})
         rec["status"] = status
         rec["why"] = why
-        self.log(f"[call {self.call}] {stage.name}: {status} ({why})")
+        self.log(f"[job {self.job}] {stage.name}: {status} ({why})")
         self.save_state()
 
     def run_stage(self, stage: Stage) -> str:
-        rec = self.state["stages"].setdefault(stage.name, {"seconds": 0.0, "calls": []})
+        rec = self.state["stages"].setdefault(stage.name, {"seconds": 0.0, "jobs": []})
         log_path = self.state_dir / "logs" / f"{stage.name}.log"
-        env = dict(self.env, OUT=str(self.state_dir / "bench" / stage.name))
         timeout, cut_when = self.left(), None
-        if stage.name in self.cut:  # the rehearsal's stand-in for a call whose time runs out mid-stage
+        if stage.name in self.cut:  # the rehearsal's stand-in for a job whose time runs out mid-stage
             runs = self.state_dir / "runs"
             cut_when = lambda: any(runs.rglob("checkpoints/step_*.pt"))  # noqa: E731
-        self.log(f"[call {self.call}] {stage.name}: start ({timeout:.0f} s left) {stage.what}")
+        self.log(f"[job {self.job}] {stage.name}: start ({timeout:.0f} s left) {stage.what}")
         t0 = time.time()
         with open(log_path, "a") as f:
-            f.write(f"\n===== call {self.call}, {time.strftime('%H:%M:%S')}: {' '.join(self.command(stage))}\n")
+            f.write(f"\n===== job {self.job}, {time.strftime('%H:%M:%S')}: {shown(self.command(stage))}\n")
             f.flush()
-            proc = subprocess.Popen(self.command(stage), cwd=self.root, env=env, stdout=f, stderr=subprocess.STDOUT,
-                                    process_group=0)
+            proc = subprocess.Popen(self.command(stage), cwd=self.root, env=self.env, stdout=f,
+                                    stderr=subprocess.STDOUT, process_group=0)
             rc = wait_pruning(proc, timeout, self.state_dir / "runs", cut_when)
         if rc is None:
             kill_marked(str(self.root), self.log)
@@ -605,10 +602,10 @@ class Call:
             status = "done" if rc == 0 else "failed"
         seconds = time.time() - t0
         rec["seconds"] = round(rec["seconds"] + seconds, 1)
-        rec["calls"].append(dict(call=self.call, seconds=round(seconds, 1), status=status))
+        rec["jobs"].append(dict(job=self.job, seconds=round(seconds, 1), status=status))
         rec["status"], rec["why"] = status, "" if rc in (0, None) else f"exit {rc}, see logs/{log_path.name}"
         self.ran.append(stage.name)
-        self.log(f"[call {self.call}] {stage.name}: {status} after {seconds:.0f} s")
+        self.log(f"[job {self.job}] {stage.name}: {status} after {seconds:.0f} s")
         self.save_state()
         self.pack()
         return status
@@ -620,7 +617,8 @@ class Call:
         os.replace(tmp, self.state_file)
 
     def pack(self) -> None:
-        "$OUT: state.json, summary.md, RESULTS.md and three tarballs (figures, bench outputs, logs); no checkpoints."
+        "The results folder (RESULT_FILES): state, summary, RESULTS.md and three tarballs (figures, bench outputs, "
+        "logs); no weights, no checkpoints."
         self.out.mkdir(parents=True, exist_ok=True)
         shutil.copy(self.state_file, self.out / "state.json")
         (self.out / "summary.md").write_text(summary(self.state, self.plan))
@@ -632,9 +630,9 @@ class Call:
         tar_folder(self.state_dir / "bench", self.out / "bench.tar.gz")
         tar_folder(self.state_dir / "logs", self.out / "logs.tar.gz")
         for f in self.out.iterdir():
-            if f.stat().st_size > OUT_FILE_BYTES:
-                self.log(f"warning: {f.name} is {f.stat().st_size / 2**20:.1f} MiB, over the {OUT_FILE_BYTES >> 20} MiB "
-                         "a returned file may have: it will not come back")
+            if f.stat().st_size > self.max_file_bytes:
+                self.log(f"warning: {f.name} is {f.stat().st_size / 2**20:.1f} MiB, over --max-file-mib "
+                         f"{self.max_file_bytes / 2**20:g}: a job that copies back only smaller files loses it")
 
 
 def tar_folder(folder: Path, dest: Path) -> None:
@@ -699,41 +697,82 @@ def kill_marked(value: str, log=print) -> None:
 
 
 def summary(state: dict, plan: dict) -> str:
-    rows = ["| stage | status | seconds | calls | note |", "|---|---|---:|---|---|"]
+    rows = ["| stage | status | seconds | jobs | note |", "|---|---|---:|---|---|"]
     for s in STAGES:
         rec = state["stages"].get(s.name)
         if rec:
-            calls = ", ".join(f"{c['call']}:{c['status']} {c['seconds']:.0f}s" for c in rec.get("calls", []))
-            rows.append(f"| {s.name} | {rec['status']} | {rec['seconds']:.0f} | {calls} | {rec.get('why', '')} |")
+            jobs = ", ".join(f"{j['job']}:{j['status']} {j['seconds']:.0f}s" for j in rec.get("jobs", []))
+            rows.append(f"| {s.name} | {rec['status']} | {rec['seconds']:.0f} | {jobs} | {rec.get('why', '')} |")
         else:
             rows.append(f"| {s.name} | todo | 0 | | |")
-    return f"GPU plan, preset {plan['preset']}, after call {state['calls']}\n\n" + "\n".join(rows) + "\n"
+    return f"GPU plan, preset {plan['preset']}, after job {state['jobs']}\n\n" + "\n".join(rows) + "\n"
 
 
-def cmd_device(args) -> int:
-    out = os.environ.get("OUT")
-    if not out:
-        raise UsageError("$OUT is not set: the device tool sets it (a rehearsal sets its own)")
-    plan_file = ROOT / PLAN_DIR / "plan.json"
-    if not plan_file.exists():
-        raise UsageError(f"no {plan_file}: run `python3 benchmarks/gpu_plan.py prepare` here and carry {PLAN_DIR}")
-    plan = json.loads(plan_file.read_text())
-    cut = set(args.cut)
-    unknown = cut - set(STAGE_NAMES)
+def cmd_run(args) -> int:
+    if args.deadline <= SETUP_SECONDS + RESERVE_SECONDS:
+        raise UsageError(f"--deadline {args.deadline:g}: at least {SETUP_SECONDS + RESERVE_SECONDS + 1} s needed "
+                         f"({SETUP_SECONDS} s setup, {RESERVE_SECONDS} s to pack the results)")
+    unknown = set(args.cut) - set(STAGE_NAMES)
     if unknown:
         raise UsageError(f"--cut {sorted(unknown)[0]}: not a stage; stages: {', '.join(STAGE_NAMES)}")
-    call = Call(ROOT, Path(out), min(args.budget, CALL_SECONDS), plan, cut)
-    call.setup()
-    call.run(tuple(plan["stages"]))
-    print(summary(call.state, plan))
+    plan_file = ROOT / PLAN_DIR / "plan.json"
+    if not plan_file.exists():
+        raise UsageError(f"no {PLAN_DIR}/plan.json: run `python3 benchmarks/gpu_plan.py prepare` first and carry "
+                         f"{PLAN_DIR}/ with the checkout")
+    plan = json.loads(plan_file.read_text())
+    out = Path(args.out) if Path(args.out).is_absolute() else ROOT / args.out
+    job = Job(ROOT, out, args.deadline, plan, set(args.cut), max_file_bytes=args.max_file_mib * 2**20)
+    job.setup()
+    job.run(tuple(plan["stages"]))
+    print(summary(job.state, plan))
     return 0
 
 
 # ------------------------------------------------------------------------------------------- assemble (CPU)
-def merge_results(local: Path, returned: Path) -> int:
-    "Append the sections (`### ` headers) of a returned RESULTS.md that `local` lacks; returns how many."
+# Folders whose paths name a machine (a checkout, a user's home, temporary and installed files), written without
+# their slashes so that this file itself names none.
+MACHINE_DIRS = ("work", "root", "home", "tmp", "opt", "Users", "mnt", "scratch", "private", "var")
+REPO_DIRS = ("runs", "depthnb", "benchmarks", "tests", "nbs", "data", "figures", PLAN_DIR)  # top folders of a checkout
+_NOT_BEFORE = r"(?<![\w.~<>/-])"  # a path starts a word (not inside a relative path or a placeholder)
+_PATH_CHARS = r"[^\s'\"`()\[\]{}<>,;|=]"  # what a path in a log or a JSON string is made of
+
+
+def scrub_paths(text: str, checkouts=()) -> str:
+    """`text` with the machine paths of a GPU job's logs and records taken out: paths in a checkout (`checkouts`, or
+    any absolute path under MACHINE_DIRS that reaches a top folder of one) relative to it; installed packages as
+    `<site-packages>/...`; temporary folders (pytest's included) as `<tmp>/...`; any other path under MACHINE_DIRS
+    as `<abs>/` and its last part."""
+    for root in sorted({str(c).rstrip("/") for c in checkouts if c}, key=len, reverse=True):
+        text = re.sub(_NOT_BEFORE + re.escape(root) + r"(/|(?![\w.-]))", lambda m: "" if m.group(1) else ".", text)
+    text = re.sub(_NOT_BEFORE + rf"/{_PATH_CHARS}*?/(?:site|dist)-packages/", "<site-packages>/", text)
+    text = re.sub(_NOT_BEFORE + r"/tmp(?:/pytest-of-[^/\s]+/pytest-\d+)?(?=/)", "<tmp>", text)
+    machine = _NOT_BEFORE + rf"/(?:{'|'.join(MACHINE_DIRS)})/"
+    repo = "|".join(re.escape(d) for d in REPO_DIRS)
+    text = re.sub(machine + rf"(?:{_PATH_CHARS}*?/)??(?=(?:{repo})/)", "", text)
+    return re.sub(machine + rf"{_PATH_CHARS}*", lambda m: "<abs>/" + m.group(0).rstrip("/").rsplit("/", 1)[-1], text)
+
+
+SCRUBBED = (".log", ".txt", ".md", ".json", ".csv", ".tsv")  # the text files a job returns
+
+
+def scrub_folder(folder: Path, checkouts=()) -> int:
+    "Scrub (`scrub_paths`) every text file under `folder` in place; returns how many changed."
+    changed = 0
+    for f in sorted(folder.rglob("*")):
+        if f.is_file() and f.suffix in SCRUBBED:
+            text = f.read_text(errors="surrogateescape")
+            clean = scrub_paths(text, checkouts)
+            if clean != text:
+                f.write_text(clean, errors="surrogateescape")
+                changed += 1
+    return changed
+
+
+def merge_results(local: Path, returned: Path, checkouts=()) -> int:
+    """Append the sections (`### ` headers) of a returned RESULTS.md that `local` lacks, machine paths scrubbed;
+    returns how many."""
     have = local.read_text() if local.exists() else ""
-    sections = returned.read_text().split("\n### ")[1:]
+    sections = scrub_paths(returned.read_text(), checkouts).split("\n### ")[1:]
     new = [s for s in sections if f"\n### {s.rstrip()}" not in have]
     if new:
         local.write_text(have.rstrip("\n") + "\n" + "".join(f"\n### {s.rstrip()}\n" for s in new))
@@ -743,23 +782,24 @@ def merge_results(local: Path, returned: Path) -> int:
 def cmd_assemble(args) -> int:
     states, plan = [], None
     figures_root = Path(args.figures_dir)
+    plan = json.loads(Path(args.plan or ROOT / PLAN_DIR / "plan.json").read_text())
+    preset = plan_preset(plan)
+    dest = figures_root / preset.name
     for folder in map(Path, args.folders):
         if not (folder / "state.json").exists():
-            raise UsageError(f"{folder}: no state.json (not a returned $OUT folder of gpu_plan.py device)")
-        plan = json.loads((ROOT / PLAN_DIR / "plan.json").read_text()) if args.plan is None else json.loads(
-            Path(args.plan).read_text())
-        preset = plan_preset(plan)
-        dest = figures_root / preset.name
-        for tar_name, sub in (("figures.tar.gz", ""), ("bench.tar.gz", "gpu_plan/bench"), ("logs.tar.gz", "gpu_plan/logs")):
+            raise UsageError(f"{folder}: no state.json (not a results folder of `gpu_plan.py run`)")
+        state = json.loads((folder / "state.json").read_text())
+        checkouts = [state.get("checkout")]
+        for tar_name, sub in (("figures.tar.gz", ""), ("bench.tar.gz", "gpu_plan/bench"),
+                              ("logs.tar.gz", "gpu_plan/logs")):
             if (folder / tar_name).exists():
                 with tarfile.open(folder / tar_name) as tar:
                     tar.extractall(dest / sub, filter="data")
+                scrub_folder(dest / sub if sub else dest, checkouts)
         if (folder / "RESULTS.md").exists():
-            n = merge_results(Path(args.results), folder / "RESULTS.md")
+            n = merge_results(Path(args.results), folder / "RESULTS.md", checkouts)
             print(f"{folder}: {n} benchmark record(s) appended to {args.results}")
-        states.append(json.loads((folder / "state.json").read_text()))
-    preset = plan_preset(plan)
-    dest = figures_root / preset.name
+        states.append(state)
     (dest / "gpu_plan").mkdir(parents=True, exist_ok=True)
     budget = {r["stage"]: r["seconds"] for r in budget_table(preset)}
     last = states[-1]
@@ -768,12 +808,12 @@ def cmd_assemble(args) -> int:
               for s in STAGES]
     (dest / "gpu_plan" / "PLAN_STATUS.md").write_text("\n".join(lines) + "\n")
     if args.report:
-        from depthnb.reproduce import reproduce  # here, not at the top: the device runs this file before its wheels are in
+        from depthnb.reproduce import reproduce  # here, not at the top: a job runs this file before its wheels are in
 
         with tempfile.TemporaryDirectory() as tmp:
             reproduce(plan["preset"], only=["report"], overrides=plan["overrides"], runs_dir=tmp,
                       figures_dir=figures_root)
-    print(f"assembled {len(states)} call(s) into {dest}: {sum(1 for _ in dest.glob('*.csv'))} tables, "
+    print(f"assembled {len(states)} job(s) into {dest}: {sum(1 for _ in dest.glob('*.csv'))} tables, "
           f"{sum(1 for _ in dest.glob('*.png'))} figures, REPORT.md {'written' if (dest / 'REPORT.md').exists() else 'missing'}")
     return 0
 
@@ -801,8 +841,8 @@ REHEARSAL_SETS = {
 }
 _BENCH_CPU = ["--device", "cpu", "--size-class", "tiny", "--layers", "1", "--n-ctx", "32", "--batch", "2",
               "--steps", "1", "--warmup", "1", "--rounds", "1", "--attn-impl", "sdpa", "--no-compile"]
-REHEARSAL_BENCH_FLAGS = {  # every gpu.sh stage on the CPU in seconds; `tests` runs only the gpu-marked (skipped)
-    "134M": _BENCH_CPU, "374M": [*_BENCH_CPU, "--memory-budget-gb", "1"],
+REHEARSAL_BENCH_FLAGS = {  # every planned gpu.sh stage on the CPU; `tests` runs only the gpu-marked (skipped)
+    "attention": ["--device", "cpu", "--shrink"],  # the check at 256 tokens, then `depthnb bench` at tiny shapes
     "cogs": [*_BENCH_CPU, "--cogs-limit", "8", "--cogs-batch", "8"],
     "midas": [*_BENCH_CPU, "--layers", "2", "--midas-block", "1", "--midas-steps", "4"],
     "tests": ["-m", "gpu"],
@@ -810,7 +850,7 @@ REHEARSAL_BENCH_FLAGS = {  # every gpu.sh stage on the CPU in seconds; `tests` r
 
 
 def copy_tree(src: Path, dest: Path) -> None:
-    "What the device tool sends: tracked and untracked-not-ignored files."
+    "The checkout a job gets: tracked and untracked-not-ignored files (`travelling_files`)."
     for rel in travelling_files(src):
         (dest / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(src / rel, dest / rel)
@@ -855,7 +895,7 @@ def image_without(names: list[str], allowed: Path, folder: Path) -> Path:
 
 
 def cmd_rehearse(args) -> int:
-    "Prepare here, then two simulated device calls in a copy of the tree (the first cut mid-pretraining), then assemble."
+    "Prepare here, then two simulated jobs in a copy of the tree (the first cut mid-pretraining), then assemble."
     work = Path(args.work).resolve()
     if work.exists():
         shutil.rmtree(work)
@@ -872,16 +912,16 @@ def cmd_rehearse(args) -> int:
     subprocess.run([*py, "prepare", "--preset", "gpu", *sets, "--no-wheels", "--xz", "0",
                     "--bench-flags", json.dumps(REHEARSAL_BENCH_FLAGS), "--dest", str(tree / PLAN_DIR)],
                    check=True, env=dict(env, **here), cwd=tree)
-    # As on the device: fastcore is missing but for the carried wheel, installed by the device command itself.
+    # As on the GPU image: fastcore is missing but for the carried wheel, installed by the `run` command itself.
     wheel_from_installed("fastcore", tree / PLAN_DIR / "whl")
     image = image_without(["fastcore"], tree / SITE_DIR, work / "image")
-    device_env = dict(env, DEPTHNB_CACHE_DIR=str(tree / "data" / "cache"),  # the device's cache: only what was carried
-                      PYTHONPATH=os.pathsep.join(filter(None, [str(image), env.get("PYTHONPATH")])))
+    job_env = dict(env, DEPTHNB_CACHE_DIR=str(tree / "data" / "cache"),  # the job's cache: only what was carried
+                   PYTHONPATH=os.pathsep.join(filter(None, [str(image), env.get("PYTHONPATH")])))
     runs = tree / STATE_DIR / "runs"
     evidence = {}
     for i, extra in enumerate([["--cut", "pretrain"], []], 1):
-        subprocess.run([*py, "device", "--budget", str(args.budget), *extra], check=True,
-                       env=dict(device_env, OUT=str(work / f"out{i}")), cwd=tree)
+        subprocess.run([*py, "run", "--deadline", str(args.deadline), "--out", str(work / f"out{i}"), *extra],
+                       check=True, env=job_env, cwd=tree)
         if i == 1:  # what the cut left: checkpoints to resume from, snapshots a resumed run must not rewrite
             evidence["checkpoints_after_cut"] = sorted(str(f.relative_to(runs)) for f in runs.rglob("checkpoints/*.pt"))
             snaps = {f: f.stat().st_mtime_ns for f in runs.rglob("pretrain/*/*/snapshots/*.pt")}
@@ -895,17 +935,17 @@ def cmd_rehearse(args) -> int:
                    check=True, env=env, cwd=tree)
     (work / "rehearsal.json").write_text(json.dumps(evidence, indent=1))
     resumed = evidence["checkpoints_after_cut"] and evidence["snapshots_kept"] and not evidence["snapshots_rewritten"]
-    print(f"resume after the cut: {len(evidence['checkpoints_after_cut'])} checkpoint(s) left by call 1, "
-          f"{len(evidence['snapshots_kept'])} snapshot(s) of call 1 kept by call 2, "
+    print(f"resume after the cut: {len(evidence['checkpoints_after_cut'])} checkpoint(s) left by job 1, "
+          f"{len(evidence['snapshots_kept'])} snapshot(s) of job 1 kept by job 2, "
           f"{len(evidence['snapshots_rewritten'])} rewritten: {'resumed' if resumed else 'NOT shown to resume'}")
-    print(f"rehearsal done: returned files in {work}/out1, {work}/out2; report in {work}/figures/gpu")
+    print(f"rehearsal done: results folders {work}/out1, {work}/out2; report in {work}/figures/gpu")
     return 0
 
 
 # ------------------------------------------------------------------------------------------- the CLI
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    commands = {"budget": _budget_parser, "prepare": _prepare_parser, "device": _device_parser,
+    commands = {"budget": _budget_parser, "prepare": _prepare_parser, "run": _run_parser,
                 "assemble": _assemble_parser, "rehearse": _rehearse_parser}
     if not argv or argv[0] not in commands:
         print(__doc__.strip())
@@ -914,11 +954,21 @@ def main(argv: list[str] | None = None) -> int:
     return ap.run(command, argv[1:])
 
 
+def _deadline_flag(ap) -> None:
+    ap.add_argument("--deadline", type=float, default=DEADLINE,
+                    help=f"seconds a job may run the plan, below its wall-time limit (default {DEADLINE})")
+
+
 def _budget_parser():
-    ap = CommandParser("gpu_plan budget", "Print the plan's per-stage budget table for a preset.")
+    ap = CommandParser("gpu_plan budget", "Print the plan's per-stage estimates and what each job runs.")
+    _deadline_flag(ap)
 
     def command(args) -> int:
-        print(format_budget(preset_from_args(args)))
+        preset = preset_from_args(args)
+        try:
+            print(format_budget(preset, args.deadline))
+        except ValueError as e:
+            raise UsageError(str(e)) from None
         return 0
     ap.set_defaults(preset="gpu")
     return ap, command
@@ -932,27 +982,44 @@ def _prepare_parser():
     ap.add_argument("--xz", type=int, default=6, choices=range(10), help="xz level of data.tar.xz (default 6)")
     ap.add_argument("--no-wheels", dest="wheels", action="store_false", help="no wheels (a machine that has the packages)")
     ap.add_argument("--bench-flags", default=None, help="JSON {gpu.sh stage: [extra flags]} (default: "
-                    + json.dumps(DEVICE_BENCH_FLAGS) + ")")
+                    + json.dumps(PLAN_BENCH_FLAGS) + ")")
+    ap.add_argument("--carry-limit-mib", type=float, default=CARRY_MIB,
+                    help=f"most MiB the checkout and the carried folder may hold together (default {CARRY_MIB})")
+    ap.add_argument("--image-packages", default=None, metavar="FILE",
+                    help="the GPU image's Python packages (names or `pip freeze` lines; default: GPU_IMAGE)")
+    _deadline_flag(ap)
 
     def command(args) -> int:
         preset_from_args(args)  # a bad --preset/--set is refused before anything is built
+        if args.carry_limit_mib <= 0:
+            raise UsageError(f"--carry-limit-mib {args.carry_limit_mib:g}: must be positive")
+        if args.image_packages and not Path(args.image_packages).is_file():
+            raise UsageError(f"--image-packages {args.image_packages}: no such file")
+        try:
+            schedule_jobs(stage_seconds(preset_from_args(args)), args.deadline)
+        except ValueError as e:
+            raise UsageError(str(e)) from None
         return cmd_prepare(args)
     return ap, command
 
 
-def _device_parser():
-    ap = CommandParser("gpu_plan device", "Run the plan's stages until the budget is spent; results to $OUT.",
+def _run_parser():
+    ap = CommandParser("gpu_plan run", "On the GPU: run the plan's stages until the deadline; results to --out.",
                        preset=False)
-    ap.add_argument("--budget", type=float, default=CALL_BUDGET, help=f"seconds this call may use (default {CALL_BUDGET})")
+    _deadline_flag(ap)
+    ap.add_argument("--out", default=str(RESULTS_DIR),
+                    help=f"results folder, replaced file by file after every stage (default {RESULTS_DIR})")
+    ap.add_argument("--max-file-mib", type=float, default=RESULT_FILE_MIB,
+                    help=f"warn about a results file above this size (default {RESULT_FILE_MIB})")
     ap.add_argument("--cut", action="append", default=[], metavar="STAGE",
-                    help="rehearsal: stop STAGE at its first checkpoint, as if the call's time ran out there")
-    return ap, cmd_device
+                    help="rehearsal: stop STAGE at its first checkpoint, as if the job's time ran out there")
+    return ap, cmd_run
 
 
 def _assemble_parser():
-    ap = CommandParser("gpu_plan assemble", "Turn returned $OUT folders (in call order) into figures/<preset>/, "
-                       "REPORT.md and RESULTS.md records.", preset=False)
-    ap.add_argument("folders", nargs="+", help="returned $OUT folders, first call first")
+    ap = CommandParser("gpu_plan assemble", "Turn results folders (in job order) into figures/<preset>/, "
+                       "REPORT.md and RESULTS.md records, machine paths scrubbed.", preset=False)
+    ap.add_argument("folders", nargs="+", help="results folders of `run`, first job first")
     ap.add_argument("--figures-dir", default=str(ROOT / "figures"), help="parent of figures/<preset>/")
     ap.add_argument("--results", default=str(ROOT / "benchmarks" / "RESULTS.md"), help="RESULTS.md to append to")
     ap.add_argument("--plan", default=None, help=f"plan.json (default {PLAN_DIR}/plan.json)")
@@ -961,10 +1028,10 @@ def _assemble_parser():
 
 
 def _rehearse_parser():
-    ap = CommandParser("gpu_plan rehearse", "The plan on the CPU at shrunk shapes: prepare, two device calls "
+    ap = CommandParser("gpu_plan rehearse", "The plan on the CPU at shrunk shapes: prepare, two jobs "
                        "(the first cut mid-pretraining), assemble.", preset=False)
     ap.add_argument("--work", default=str(ROOT / "runs" / "gpu-rehearsal"), help="scratch folder (replaced)")
-    ap.add_argument("--budget", type=float, default=CALL_BUDGET, help="seconds per simulated call")
+    _deadline_flag(ap)
     return ap, cmd_rehearse
 
 

@@ -1,6 +1,7 @@
-"""benchmarks/gpu_plan.py, the GPU plan of issue 17: its budget fits one device window, its stages come in the
-promised order, what it returns obeys the device tool's limits, and (slow) the CPU dress rehearsal: prepare, a
-first call cut mid-pretraining, a second call that resumes, and the report assembled from the returned files."""
+"""benchmarks/gpu_plan.py, the GPU plan: its stages come in the promised order and each fits a job of the default
+deadline, its commands and returned records name no machine's paths, no tracked file outside nbs/ holds one, and
+(slow) the CPU dress rehearsal: prepare, a first job cut mid-pretraining, a second job that resumes, and the report
+assembled from the two results folders."""
 import importlib.util
 import json
 import os
@@ -23,39 +24,44 @@ spec = importlib.util.spec_from_file_location("gpu_plan", ROOT / "benchmarks" / 
 gpu_plan = sys.modules["gpu_plan"] = importlib.util.module_from_spec(spec)  # dataclasses look the module up
 spec.loader.exec_module(gpu_plan)
 OUT_NAME = re.compile(r"[A-Za-z0-9._-]+")
+# An absolute path under a folder that names a machine (a checkout, a home, temporary or installed files).
+MACHINE_PATH = re.compile(r"(?<![\w.~<>/-])/(work|root|home|tmp|opt|Users)/")
 
 
-def test_window_arithmetic():
-    # one window: a start of 1-2 min, a first call of at most 10 min, then one short call on the warm machine
-    for start in (60, 120):
-        left = gpu_plan.DEVICE_SECONDS - start - gpu_plan.CALL_SECONDS
-        assert 180 <= left <= 240
-        assert gpu_plan.call_budgets(start) == (gpu_plan.CALL_BUDGET, left - gpu_plan.SECOND_CALL_MARGIN)
-    first, second = gpu_plan.window_calls()
-    assert first == gpu_plan.CALL_BUDGET - gpu_plan.SETUP_SECONDS - gpu_plan.RESERVE_SECONDS
-    assert gpu_plan.MIN_SCIENCE_SECONDS <= second < first
-    assert gpu_plan.window_seconds() == round(first + second)
+def test_job_arithmetic():
+    capacity = gpu_plan.job_seconds()
+    assert capacity == gpu_plan.DEADLINE - gpu_plan.SETUP_SECONDS - gpu_plan.RESERVE_SECONDS
+    assert gpu_plan.job_seconds(3600) == 3600 - gpu_plan.SETUP_SECONDS - gpu_plan.RESERVE_SECONDS
+    with pytest.raises(ValueError, match="--deadline 60: leaves 25 s"):
+        gpu_plan.schedule_jobs(gpu_plan.stage_seconds(PRESETS["gpu"]), 60)
 
 
-def test_budget_windows():
+def test_budget_jobs():
     seconds = gpu_plan.stage_seconds(PRESETS["gpu"])
-    first = gpu_plan.window_calls()[0]
-    assert all(sec <= first for sec in seconds.values()), seconds  # every stage fits a window's first call
-    windows = gpu_plan.schedule_windows(seconds)
-    finished = [[n for call in w for n, fin in call if fin] for w in windows]
-    assert finished[0][:3] == ["bench-134M", "cuda-tests", "bench-374M"]  # the MFU targets and the CUDA tests first
-    assert sorted(n for f in finished for n in f if n != "data") == sorted(n for n in gpu_plan.STAGE_NAMES if n != "data")
-    for w, calls in zip(finished, windows):  # a window's stages fit its calls, and their prerequisites ran in it
-        assert all(a in w for n in w for a in gpu_plan.STAGE_BY_NAME[n].after)
-        for call, capacity in zip(calls, gpu_plan.window_calls()):
-            assert sum(seconds[n] for n, fin in call if fin) <= capacity
+    capacity = gpu_plan.job_seconds()
+    assert all(sec <= capacity for sec in seconds.values()), seconds  # every stage fits the first job
+    jobs = gpu_plan.schedule_jobs(seconds)
+    finished = [[n for n, fin in ran if fin] for ran in jobs]
+    assert finished[0] == ["attention", "cuda-tests"]  # the attention targets and the CUDA tests first
+    assert sorted(n for f in finished for n in f) == sorted(gpu_plan.STAGE_NAMES)  # each stage finished once
+    done = []
+    for ran, names in zip(jobs, finished):
+        assert sum(seconds[n] for n in names) <= capacity
+        for n in names:  # a stage's prerequisites finished before it, in this job or an earlier one
+            assert all(a in done for a in gpu_plan.STAGE_BY_NAME[n].after), n
+            done.append(n)
+        cut = [n for n, fin in ran if not fin]  # at most one stage cut per job, the job's last, a science stage
+        assert len(cut) <= 1 and (not cut or (ran[-1][0] == cut[0] and gpu_plan.STAGE_BY_NAME[cut[0]].kind == "science"))
     rows = gpu_plan.budget_table(PRESETS["gpu"])
     assert [r["stage"] for r in rows] == list(gpu_plan.STAGE_NAMES)
-    assert max(r["window"] for r in rows) == len(windows)
+    assert max(r["job"] for r in rows) == len(jobs)
+    assert len(gpu_plan.schedule_jobs(seconds, 3600)) == 1  # an hour's job holds the whole plan
+    with pytest.raises(ValueError, match="attention: does not fit a job"):
+        gpu_plan.schedule_jobs(seconds, seconds["attention"] + 20)
 
 
 def test_small_does_not_fit_and_gpu_is_derived_from_it():
-    assert sum(gpu_plan.stage_seconds(PRESETS["small"]).values()) > 3 * gpu_plan.window_seconds()
+    assert sum(gpu_plan.stage_seconds(PRESETS["small"]).values()) > 3 * gpu_plan.job_seconds()
     g, s = PRESETS["gpu"], PRESETS["small"]
     assert (g.size_classes, g.stack_layers, g.stack, g.pretrain.model) == (s.size_classes, s.stack_layers, s.stack,
                                                                           s.pretrain.model)
@@ -63,13 +69,104 @@ def test_small_does_not_fit_and_gpu_is_derived_from_it():
 
 def test_stage_order():
     names = list(gpu_plan.STAGE_NAMES)
-    assert names[:3] == ["bench-134M", "cuda-tests", "bench-374M"]  # the MFU targets and the CUDA tests first
+    assert names[:2] == ["attention", "cuda-tests"]  # the attention check (with both benchmarks), the CUDA tests
+    assert "bench-134M" not in names and "bench-374M" not in names  # the attention stage runs both shapes itself
     assert names.index("pretrain") < names.index("finetune") < names.index("controls") < names.index("stacking")
     for s in gpu_plan.STAGES:  # a stage's prerequisites come before it
         assert all(names.index(a) < names.index(s.name) for a in s.after)
     assert {b for b in gpu_plan.BENCH_SECONDS} == {s.bench for s in gpu_plan.STAGES if s.kind == "bench"}
-    # a window is a fresh machine: `prepare --stages` adds what a stage needs
+    # a fresh checkout: `prepare --stages` adds what a stage needs
     assert gpu_plan._stage_list("controls,bench-cogs") == ("bench-cogs", "data", "pretrain", "finetune", "controls")
+
+
+def test_attention_stage_runs_the_check_with_relative_paths(tmp_path):
+    # the stage is gpu.sh's `attention`, results in the stage's own folder, relative to the checkout; its estimate
+    # covers the check's ~120 s and the two bench runs; the rehearsal runs the check on the CPU at shrunk shapes
+    attention = gpu_plan.STAGE_BY_NAME["attention"]
+    assert attention.kind == "bench" and gpu_plan.BENCH_SECONDS["attention"] > 120
+    plan = dict(preset="gpu", overrides={"pretrain.steps": "5"}, stages=list(gpu_plan.STAGE_NAMES), bench_flags={})
+    job = gpu_plan.Job(tmp_path, tmp_path / "out", 540, plan, set(), log=lambda *a: None)
+    assert job.command(attention) == ["bash", "benchmarks/gpu.sh", "--out", "runs/gpu-plan/bench/attention", "attention"]
+    assert gpu_plan.REHEARSAL_BENCH_FLAGS["attention"] == ["--device", "cpu", "--shrink"]
+    for stage in gpu_plan.STAGES:  # every command as its log records it: no absolute path
+        line = gpu_plan.shown(job.command(stage))
+        assert not [a for a in line.split() if a.startswith("/")], line
+    assert "python3 -c" in gpu_plan.shown(job.command(gpu_plan.STAGE_BY_NAME["pretrain"]))
+
+
+def test_gpu_sh_names_its_stages(tmp_path):
+    result = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu.sh"), "--out", str(tmp_path / "o"), "nosuch"],
+                            capture_output=True, text=True)
+    assert result.returncode == 2 and "unknown stage nosuch" in result.stderr and "attention|tests" in result.stderr
+
+
+def test_scrub_paths(tmp_path):
+    checkout = tmp_path / "checkout"
+    site = "/".join(["", "opt", "torch", ".venv", "lib", "python3.12", "site-packages"])  # as a GPU image has it
+    pytest_tmp = "/".join(["", "tmp", "pytest-of-someone", "pytest-7"])
+    log = (f"--json {checkout}/runs/gpu-plan/bench/attention/bench_134M.json --note x\n"
+           f"cd {checkout}\n"
+           f"  {site}/torch/jit/_script.py:365: DeprecationWarning\n"
+           f"tmp_path = PosixPath('{pytest_tmp}/test_fsdp_0')\n"
+           "| depthnb[band-flex] | 263,379 | 62.2 | 1/2 | runs/tmp/x |\n")
+    clean = gpu_plan.scrub_paths(log, [checkout])
+    assert clean.splitlines() == ["--json runs/gpu-plan/bench/attention/bench_134M.json --note x", "cd .",
+                                  "  <site-packages>/torch/jit/_script.py:365: DeprecationWarning",
+                                  "tmp_path = PosixPath('<tmp>/test_fsdp_0')",
+                                  "| depthnb[band-flex] | 263,379 | 62.2 | 1/2 | runs/tmp/x |"]
+    # without the checkout recorded: a machine folder's path is cut at the checkout's top folder it reaches
+    home = "/" + "/".join(["home", "someone", "depthnb-copy"])
+    assert gpu_plan.scrub_paths(f"{home}/runs/gpu-plan/x.json and {home}/notes.txt") == \
+        "runs/gpu-plan/x.json and <abs>/notes.txt"
+    assert gpu_plan.scrub_paths(clean, [checkout]) == clean  # idempotent
+
+
+def test_assemble_scrubs_what_it_copies(tmp_path):
+    checkout = tmp_path / "gpu-checkout"
+    out = tmp_path / "results"
+    logs = tmp_path / "logs"
+    logs.mkdir(parents=True)
+    (logs / "attention.log").write_text(f"===== job 1: bash benchmarks/gpu.sh attention\n"
+                                        f"appended to {checkout}/benchmarks/RESULTS.md\n")
+    out.mkdir()
+    gpu_plan.tar_folder(logs, out / "logs.tar.gz")
+    (out / "RESULTS.md").write_text(f"# Results\n\n### run one\n- command: `depthnb bench --json "
+                                    f"{checkout}/runs/b.json`\n\n| 1.5 | 263,379 |\n")
+    state = dict(jobs=1, checkout=str(checkout), stages={"attention": dict(status="done", seconds=300.0, jobs=[])})
+    (out / "state.json").write_text(json.dumps(state))
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps(dict(preset="gpu", overrides={}, stages=list(gpu_plan.STAGE_NAMES))))
+    results = tmp_path / "RESULTS.md"
+    results.write_text("# Results\n")
+    assert gpu_plan.main(["assemble", str(out), "--figures-dir", str(tmp_path / "figures"), "--results", str(results),
+                          "--plan", str(plan), "--no-report"]) == 0
+    log = (tmp_path / "figures" / "gpu" / "gpu_plan" / "logs" / "attention.log").read_text()
+    assert "appended to benchmarks/RESULTS.md" in log and str(tmp_path) not in log
+    merged = results.read_text()
+    assert "--json runs/b.json`" in merged and "| 1.5 | 263,379 |" in merged and str(tmp_path) not in merged
+    status = (tmp_path / "figures" / "gpu" / "gpu_plan" / "PLAN_STATUS.md").read_text()
+    assert "| attention | done | 300 |" in status
+
+
+def test_no_machine_paths_in_tracked_files():
+    # records of commands and logs keep paths relative to the repository; notebooks' saved outputs (nbs/) are
+    # checked where they are made
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    files = subprocess.run(["git", "ls-files", "-z", "--", ".", ":!nbs"], cwd=ROOT, capture_output=True,
+                           check=True).stdout.decode().split("\0")
+    found = []
+    for name in filter(None, files):
+        path = ROOT / name
+        if not path.is_file():
+            continue
+        try:
+            text = path.read_text()
+        except UnicodeDecodeError:
+            continue  # binary: images, archives
+        found += [f"{name}:{i}: {line.strip()[:160]}" for i, line in enumerate(text.splitlines(), 1)
+                  if MACHINE_PATH.search(line)]
+    assert not found, "\n".join(found)
 
 
 def test_carried_tasks_are_the_data_tasks():
@@ -82,6 +179,7 @@ def test_wheels_are_what_the_image_lacks():
     assert not names & {"torch", "numpy", "pandas", "matplotlib", "sentencepiece"}
     bench = [s.name for s in gpu_plan.STAGES if s.kind == "bench"]
     assert [n.split("==")[0].lower() for n in gpu_plan.wheel_names(bench)] == ["fastcore"]
+    assert gpu_plan.wheel_names(bench, gpu_plan.GPU_IMAGE + "\nfastcore==1.0\n") == []  # another image's packages
 
 
 def test_benchmarks_need_no_other_wheel(tmp_path):
@@ -95,35 +193,35 @@ def test_benchmarks_need_no_other_wheel(tmp_path):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(image), str(ROOT / "tests")]), OMP_NUM_THREADS="1")
     hidden = subprocess.run([sys.executable, "-c", "import papermill"], env=env, capture_output=True, text=True)
     assert "as on the GPU image" in hidden.stderr
-    imports = "; ".join(f"import {m}" for m in ("depthnb.bench", "test_bench", "test_model", "test_parallel"))
+    imports = "; ".join(f"import {m}" for m in ("depthnb.bench", "test_band", "test_bench", "test_model",
+                                                 "test_parallel"))
     result = subprocess.run([sys.executable, "-c", imports], env=env, capture_output=True, text=True, cwd=ROOT)
     assert result.returncode == 0, result.stderr[-2000:]
 
 
-def test_device_installs_the_carried_wheels_before_importing_depthnb(tmp_path):
-    # issue 33's first call: the GPU image lacks fastcore, which depthnb.model imports; the carried wheel must be
-    # installed before gpu_plan.py imports depthnb
+def test_run_installs_the_carried_wheels_before_importing_depthnb(tmp_path):
+    # the GPU image lacks fastcore, which depthnb.model imports; the carried wheel must be installed before
+    # gpu_plan.py imports depthnb
     tree = tmp_path / "tree"
     (tree / "benchmarks").mkdir(parents=True)
     shutil.copy(ROOT / "benchmarks" / "gpu_plan.py", tree / "benchmarks")
     (tree / "depthnb").symlink_to(ROOT / "depthnb")
     image = gpu_plan.image_without(["fastcore"], tree / gpu_plan.SITE_DIR, tmp_path / "image")
-    env = {k: v for k, v in os.environ.items() if k != "OUT"}
-    env.update(PYTHONPATH=str(image), OMP_NUM_THREADS="1")
-    device = [sys.executable, str(tree / "benchmarks" / "gpu_plan.py"), "device"]
-    missing = subprocess.run(device, env=env, cwd=tree, capture_output=True, text=True)
-    assert "No module named 'fastcore' (as on the GPU image)" in missing.stderr  # without the wheel: today's crash
+    env = dict(os.environ, PYTHONPATH=str(image), OMP_NUM_THREADS="1")
+    run = [sys.executable, str(tree / "benchmarks" / "gpu_plan.py"), "run"]
+    missing = subprocess.run(run, env=env, cwd=tree, capture_output=True, text=True)
+    assert "No module named 'fastcore' (as on the GPU image)" in missing.stderr  # without the wheel: a crash
     gpu_plan.wheel_from_installed("fastcore", tree / gpu_plan.PLAN_DIR / "whl")
-    result = subprocess.run(device, env=env, cwd=tree, capture_output=True, text=True)
-    assert result.returncode == 2 and "$OUT is not set" in result.stderr, result.stderr[-2000:]  # past the imports
+    result = subprocess.run(run, env=env, cwd=tree, capture_output=True, text=True)
+    assert result.returncode == 2 and "no .gpu/plan.json" in result.stderr, result.stderr[-2000:]  # past the imports
     assert (tree / gpu_plan.SITE_DIR / "fastcore" / "__init__.py").exists()
 
 
 def test_cuda_tests_run_on_the_carried_data(tmp_path):
-    # the device has no raw corpus and no mirror: the CUDA tests' data must come from the carried cache files alone
+    # a GPU job has no raw corpus and no mirror: the CUDA tests' data must come from the carried cache files alone
     files = gpu_plan.cuda_test_files()
     gpu_plan.write_data_archive(files, tmp_path / "data.tar.xz")
-    assert (tmp_path / "data.tar.xz").stat().st_size < 2**20  # the carry is all but full (README, "The GPU plan")
+    assert (tmp_path / "data.tar.xz").stat().st_size < 2**20  # small: the carry limit is shared with the science
     cache = tmp_path / "cache"
     with tarfile.open(tmp_path / "data.tar.xz") as tar:
         tar.extractall(cache, filter="data")
@@ -146,10 +244,10 @@ def test_tar_folder_leaves_out_weights(tmp_path):
 
 def test_merge_results_appends_new_sections_once(tmp_path):
     local, returned = tmp_path / "RESULTS.md", tmp_path / "back.md"
-    local.write_text("# Results\n\n### one\nA\n")
-    returned.write_text("# Results\n\n### one\nA\n\n### two\nB\n")
-    assert gpu_plan.merge_results(local, returned) == 1
-    assert gpu_plan.merge_results(local, returned) == 0
+    local.write_text("# Results\n\n### one\nA runs/x.json\n")
+    returned.write_text(f"# Results\n\n### one\nA {tmp_path}/c/runs/x.json\n\n### two\nB\n")
+    assert gpu_plan.merge_results(local, returned, [tmp_path / "c"]) == 1  # `one`, scrubbed, is there already
+    assert gpu_plan.merge_results(local, returned, [tmp_path / "c"]) == 0
     assert local.read_text().count("### two") == 1 and local.read_text().startswith("# Results\n\n### one")
 
 
@@ -164,30 +262,37 @@ def test_kill_marked_ends_a_process_in_its_own_session(tmp_path):
 
 
 def test_a_failed_benchmark_is_not_started_again(tmp_path):
-    # issue 33: bench-134M exited 1 (its flex variant did not compile; its records came back) and ran again in the
-    # next call; a science stage that failed gets one more try
-    plan = dict(preset="gpu", overrides={}, stages=["bench-134M", "cuda-tests", "data"])
-    failed = dict(status="failed", seconds=80.0, calls=[dict(call=1, seconds=80.0, status="failed")])
+    # a benchmark that ran to its end and exited 1 (a variant that did not compile: its records came back) is not
+    # run again in the next job; a science stage that failed gets one more try
+    plan = dict(preset="gpu", overrides={}, stages=["attention", "cuda-tests", "data"])
+    failed = dict(status="failed", seconds=80.0, jobs=[dict(job=1, seconds=80.0, status="failed")])
     state = gpu_plan.STATE_DIR / "state.json"
     (tmp_path / state).parent.mkdir(parents=True)
-    (tmp_path / state).write_text(json.dumps(dict(calls=1, stages={"bench-134M": failed, "data": failed})))
-    call = gpu_plan.Call(tmp_path, tmp_path / "out", 540, plan, set(), log=lambda *a: None)
+    (tmp_path / state).write_text(json.dumps(dict(jobs=1, stages={"attention": failed, "data": failed})))
+    (tmp_path / "benchmarks").mkdir()
+    (tmp_path / "benchmarks" / "RESULTS.md").write_text("# Results\n")
+    job = gpu_plan.Job(tmp_path, tmp_path / "out", 540, plan, set(), log=lambda *a: None)
     started = []
-    call.run_stage = lambda stage: started.append(stage.name) or "done"
-    call.run(tuple(plan["stages"]))
+    job.run_stage = lambda stage: started.append(stage.name) or "done"
+    job.run(tuple(plan["stages"]))
     assert started == ["cuda-tests", "data"]
+    assert json.loads((tmp_path / "out" / "state.json").read_text())["jobs"] == 2
+    assert sorted(f.name for f in (tmp_path / "out").iterdir()) == sorted(gpu_plan.RESULT_FILES)
 
 
-def test_device_needs_out_and_plan(monkeypatch, capsys):
-    monkeypatch.delenv("OUT", raising=False)
-    assert gpu_plan.main(["device"]) == 2
-    assert "gpu_plan device: error: $OUT is not set" in capsys.readouterr().err
+def test_run_refuses_bad_flags(capsys):
+    assert gpu_plan.main(["run", "--deadline", "30"]) == 2
+    assert "gpu_plan run: error: --deadline 30: at least 36 s needed" in capsys.readouterr().err
+    assert gpu_plan.main(["run", "--cut", "bench-134M"]) == 2
+    assert "--cut bench-134M: not a stage" in capsys.readouterr().err
+    assert gpu_plan.main(["budget", "--deadline", "200"]) == 2
+    assert "attention: does not fit a job" in capsys.readouterr().err
 
 
 @pytest.mark.slow
 @pytest.mark.rehearsal
 def test_rehearsal(tmp_path):
-    "The whole plan on the CPU at shrunk shapes; about 5 minutes on one thread."
+    "The whole plan on the CPU at shrunk shapes; about 6 minutes on one thread."
     work = tmp_path / "rehearsal"
     subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_plan.py"), "rehearse", "--work", str(work)],
                    check=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
@@ -199,10 +304,10 @@ def test_rehearsal(tmp_path):
     evidence = json.loads((work / "rehearsal.json").read_text())
     assert evidence["checkpoints_after_cut"] and evidence["snapshots_kept"] and not evidence["snapshots_rewritten"]
     assert len(evidence["finished_runs"]) == 2
-    for out in (work / "out1", work / "out2"):  # what the device tool brings back
+    for out in (work / "out1", work / "out2"):  # what a job hands back
         files = list(out.iterdir())
-        assert len(files) <= gpu_plan.OUT_FILES and all(OUT_NAME.fullmatch(f.name) for f in files)
-        assert all(f.is_file() and f.stat().st_size <= gpu_plan.OUT_FILE_BYTES for f in files)
+        assert sorted(f.name for f in files) == sorted(gpu_plan.RESULT_FILES)
+        assert all(f.is_file() and f.stat().st_size <= gpu_plan.RESULT_FILE_MIB * 2**20 for f in files)
         for t in out.glob("*.tar.gz"):
             with tarfile.open(t) as tar:
                 assert not [n for n in tar.getnames() if n.endswith(".pt") or "checkpoints" in n]
@@ -211,13 +316,20 @@ def test_rehearsal(tmp_path):
     assert "**missing**" not in report, [line for line in report.splitlines() if "**missing**" in line]
     assert (figures / "fidelity.csv").exists() and (figures / "petty_fig2_perplexity.png").exists()
     assert (figures / "gpu_plan" / "PLAN_STATUS.md").exists()
-    assert (figures / "gpu_plan" / "bench" / "bench-134M" / "134M.json").exists()
-    assert (work / "RESULTS.md").read_text().count("\n### ") >= 4  # 134M, 374M, cogs, midas records merged
+    check = json.loads((figures / "gpu_plan" / "bench" / "attention" / "attention_check.json").read_text())
+    assert check["device"] == "CPU" and check["fastest_correct"] in ("band-flex", "band-cudnn", "band-efficient")
+    assert (figures / "gpu_plan" / "bench" / "attention" / "bench_374M.json").exists()
+    results = (work / "RESULTS.md").read_text()
+    assert results.count("\n### ") >= 5  # the attention check, its 134M and 374M runs, cogs, midas
+    assert "attention check (benchmarks/attention_check.py)" in results
+    for f in [work / "RESULTS.md", *(figures / "gpu_plan").rglob("*")]:  # assembled: no machine path
+        if f.is_file() and f.suffix in gpu_plan.SCRUBBED:
+            assert not [line for line in f.read_text().splitlines() if MACHINE_PATH.search(line)], f
 
 
 def test_readme_is_the_budget():
     readme = (ROOT / "benchmarks" / "README.md").read_text()
     for r in gpu_plan.budget_table(PRESETS["gpu"]):
-        assert re.search(rf"\| `{r['stage']}` \|[^\n]*\| {r['seconds']} \| {r['window']} \|", readme), r
-    for line in gpu_plan.run_calls().splitlines()[1:]:  # the calls of one window
+        assert re.search(rf"\| `{r['stage']}` \|[^\n]*\| {r['seconds']} \| {r['job']} \|", readme), r
+    for line in gpu_plan.job_commands().splitlines()[1:2]:  # the command of each job
         assert line.strip() in readme, line
