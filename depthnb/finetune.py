@@ -19,7 +19,7 @@ import torch.nn.functional as F
 
 from .commands import (CommandParser, UsageError, add_family_args, family_from_args, preset_from_args,
                               require_one_run, run_each)
-from .config import DataConfig, FinetuneConfig, Preset, from_dict, to_dict
+from .config import DataConfig, FinetuneConfig, ModelConfig, Preset, from_dict, to_dict
 from .presets import get_preset, preset_size_class
 from .data import load_tokenizer, train_tokenizer
 from .tasks import (HELD_OUT_SPLIT, TASKS, coverage_warnings, parse_task, task_coverage, task_dataset,
@@ -27,9 +27,10 @@ from .tasks import (HELD_OUT_SPLIT, TASKS, coverage_warnings, parse_task, task_c
 from .model import DecoderLM, generate_many
 from .devices import autocast, maybe_compile, resolve_device
 from .optim import make_optimizer
-from .train import LoopHooks, LoopSchedule, Window, finished_run, job_lock, train_loop
-from .runs import (atomic_write, finetune_run_dir, is_done, load_model, pretrain_run_dir, read_config,
-                          source_run_dir)
+from .train import (LoopHooks, LoopSchedule, Window, finished_run, job_lock, kept_checkpoint_steps,
+                           refine_run_dir, train_loop)
+from .runs import (atomic_write, finetune_run_dir, is_done, load_model, load_verified, pretrain_run_dir,
+                          read_config, set_rng_state, source_run_dir, step_file)
 
 
 # %% auto #0
@@ -37,8 +38,8 @@ __all__ = ['TASK_RECORD', 'encode_example', 'lm_pair', 'collate', 'bucket_batche
            'exact_match', 'token_batches', 'target_loss', 'evaluate', 'run_tokenizer', 'in_distribution_split',
            'generalization_split', 'LazyPairs', 'cached_task', 'finetune', 'finetune_schedule', 'task_info',
            'record_task', 'run_task', 'finetune_on', 'report_coverage', 'finetune_config', 'evaluate_run',
-           'finetune_job', 'finetune_parser', 'by_category', 'check_tasks', 'finetune_selection', 'cli_finetune',
-           'cli_evaluate']
+           'finetune_job', 'refine_finetune', 'finetune_parser', 'by_category', 'check_tasks', 'finetune_selection',
+           'cli_finetune', 'cli_evaluate']
 
 # %% ../nbs/07_finetune.ipynb #e96f4856
 def encode_example(tokenizer, source: str, target: str) -> tuple[list[int], int]:
@@ -265,7 +266,8 @@ def finetune_schedule(config: FinetuneConfig) -> LoopSchedule:
 
 
 def _finetune(model_or_run, task: str, config: FinetuneConfig, run_dir: Path, tokenizer, dataset, progress: bool,
-              log) -> DecoderLM:
+              log, schedule: LoopSchedule | None = None, state: dict | None = None) -> DecoderLM:
+    "`finetune`'s work; `schedule` (default: `finetune_schedule`) and `state`, a checkpoint to start from (`refine_finetune`)."
     device = resolve_device(config.device)
     if isinstance(model_or_run, DecoderLM):
         if tokenizer is None:
@@ -302,8 +304,12 @@ def _finetune(model_or_run, task: str, config: FinetuneConfig, run_dir: Path, to
     hooks = LoopHooks(batch, evaluate, train_record, wrap=lambda m: maybe_compile(m, config.compile, device, dynamic=True))
     model.to(device).train()
     optimizer = make_optimizer(model, config.optimizer, config.lr, config.weight_decay, fused=True)
-    torch.manual_seed(config.seed)  # a resumed run restores the generators from its checkpoint instead
-    return train_loop(run_dir, model, optimizer, finetune_schedule(config), hooks, config=to_dict(config),
+    if state is None:
+        torch.manual_seed(config.seed)  # a resumed run restores the generators from its checkpoint instead
+    else:  # a stretch of another run from its checkpoint (`model_or_run` holds its weights already)
+        optimizer.load_state_dict(state["optimizer"])
+        set_rng_state(state["rng"])
+    return train_loop(run_dir, model, optimizer, schedule or finetune_schedule(config), hooks, config=to_dict(config),
                       grad_clip=config.grad_clip, precision=lambda: autocast(device, config.bf16), progress=progress,
                       desc=f"{task} {run_dir.name}", say=log)
 
@@ -420,6 +426,39 @@ def finetune_job(preset: Preset | str, size_class, n_layers: int, seed: int, tas
             if not (run_dir / "eval" / f"{split}.json").exists():
                 evaluate_run(run_dir, split, log=quiet)
     return str(run_dir)
+
+# %% ../nbs/07_finetune.ipynb #6e1da960
+def refine_finetune(run_dir: Path | str, first: int, last: int, every: int = 1, *, progress: bool = False,
+                    log=print) -> str:
+    """Retrain part of the finished fine-tuning run `run_dir` to evaluate its in-distribution loss and keep its
+    weights at steps `first`, `first + every`, ... up to `last`, from its newest kept checkpoint at or before `first`
+    (else from its source model); returns the refined stretch's run directory (`train.refine_run_dir`)."""
+    run_dir = Path(run_dir)
+    record = read_config(run_dir)
+    if record.get("kind") != "finetune" or not is_done(run_dir):
+        raise ValueError(f"refine_finetune: {run_dir} is not a finished fine-tuning run")
+    config = from_dict(FinetuneConfig, record["config"])
+    if every < 1 or not 0 < first <= last <= config.steps:
+        raise ValueError(f"refine_finetune: need every >= 1 and 0 < first <= last <= {config.steps} (the run's steps), "
+                         f"got first={first}, last={last}, every={every}")
+    steps = list(range(first, last + 1, every))
+    out = refine_run_dir(run_dir, first, last, every)
+    kept = [s for s in kept_checkpoint_steps(run_dir) if s <= first and s < steps[-1]]
+    state = load_verified(run_dir / "checkpoints" / step_file(kept[-1])) if kept else None
+    tokenizer, task = run_tokenizer(run_dir), run_task(run_dir)
+    if state is not None:
+        model = DecoderLM(from_dict(ModelConfig, record["model_config"]))
+        model.load_state_dict(state["model"])
+    elif record.get("source") is None or not Path(record["source"]).exists():
+        why = ("was fine-tuned from a model object (no source recorded)" if record.get("source") is None
+               else f"was fine-tuned from {record['source']}, which no longer exists")
+        raise ValueError(f"refine_finetune: {run_dir} keeps no checkpoint at or before step {first} and {why}")
+    else:
+        model = load_model(record["source"])
+    schedule = replace(finetune_schedule(config), begin=kept[-1] if kept else 0, stop=steps[-1], snapshots=frozenset(steps))
+    with job_lock(out):
+        _finetune(model, record["task"], config, out, tokenizer, cached_task(task), progress, log, schedule, state)
+    return str(out)
 
 # %% ../nbs/07_finetune.ipynb #d0ab69e8
 def finetune_parser(prog: str, description: str) -> CommandParser:
