@@ -12,11 +12,12 @@ TORCH_VERSION ?= 2.13.0
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.depthnb-installed
 
-.PHONY: help install reproduce test export readme nbs lab docs clean gpu-prepare gpu-rehearsal
+.PHONY: help install reproduce test quick export readme nbs lab docs clean gpu-prepare gpu-rehearsal
 
 help:
 	@echo "make reproduce   install, then run the $(PRESET) preset end to end (results in runs/ and figures/)"
 	@echo "make test        install, then nbdev_test (notebooks) and pytest (tests/)"
+	@echo "make quick       while developing: pytest without the slow tests (TESTS=tests/test_x.py narrows it)"
 	@echo "make export      notebooks -> depthnb/ (nbdev_export), clean notebooks, regenerate README.md"
 	@echo "make nbs         re-execute the component notebooks in place (refreshes their stored outputs)"
 	@echo "make docs        build the docs site into _docs/ (DOCS_CHECK=1: also check it in headless Chromium)"
@@ -45,6 +46,12 @@ reproduce: install
 test: install
 	OMP_NUM_THREADS=1 $(BIN)/nbdev_test --n_workers 2 --timing
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=15 -m "not rehearsal" tests
+
+# The quick subset while developing: pytest without the tests marked `slow` (the rule: tests/conftest.py), on one core
+# and the files in TESTS. `make test` still runs everything CI runs.
+TESTS ?= tests
+quick: install
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -x -m "not slow and not rehearsal" $(TESTS)
 
 export: install
 	$(BIN)/nbdev_export

@@ -41,6 +41,7 @@ def identical_weights(a: Path, b: Path) -> bool:
 
 
 @pytest.mark.parametrize("fault", ["checkpoint", "metrics"])
+@pytest.mark.slow  # trains in two subprocesses (9-13 s)
 def test_sigkill_halfway_through_a_write_then_rerun_is_bit_identical(fault, reference, tmp_path):
     run = tmp_path / "run"
     killed = subprocess.run([sys.executable, str(SCRIPT), str(run), "--kill-in", fault], env=ENV, capture_output=True)
@@ -58,6 +59,7 @@ def test_sigkill_halfway_through_a_write_then_rerun_is_bit_identical(fault, refe
     assert not list(run.rglob(".*.tmp*")), "temporary files left behind"
 
 
+@pytest.mark.slow  # a 300-step run in a subprocess (about 65 s)
 def test_second_process_on_a_busy_run_is_refused(tmp_path):
     "Two `depthnb pretrain` on one run: the second exits 2 with one line naming the first; every step logged once."
     args = ["pretrain", "--preset", "tiny", "--layers", "1", "--seeds", "0", "--no-progress",

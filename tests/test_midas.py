@@ -360,6 +360,7 @@ def test_same_data_same_tokens_one_schedule(runs):
     assert len({id(l) for l in looped.layers}) == 1 and looped.num_params() < load_model(runs["baseline"][0]).num_params()
 
 
+@pytest.mark.slow  # trains in two subprocesses
 def test_resume_after_sigkill_in_stage_two_is_bit_identical(runs, tmp_path):
     run = tmp_path / "killed"
     proc = subprocess.Popen([sys.executable, str(STACK_SCRIPT), str(run), "--sleep", "0.1"], env=ENV,

@@ -66,6 +66,7 @@ def test_loss_falls_and_run_store(reference):
     assert "finished already" in msgs[0]
 
 
+@pytest.mark.slow  # trains in two subprocesses (about 8 s)
 def test_resume_after_sigkill_is_bit_identical(reference, tmp_path):
     run = tmp_path / "killed"
     proc = subprocess.Popen([sys.executable, str(SCRIPT), str(run), "--sleep", "0.05"], env=ENV,
@@ -166,6 +167,7 @@ def test_nan_loss_stops_the_run_and_keeps_the_last_checkpoint(data, tmp_path):
     assert read_metrics(run, "train").step.max() == 10
 
 
+@pytest.mark.slow  # torchrun (about 9 s)
 def test_two_process_ddp_matches_one_process(reference, tmp_path):
     run = tmp_path / "ddp"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(SCRIPT), str(run)]
