@@ -16,6 +16,7 @@ import re
 import socket
 import sys
 import time
+import urllib.parse
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -189,9 +190,10 @@ def hub_unavailable(timeout: float = 2.0) -> str | None:
     for flag in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
         if os.environ.get(flag, "0") not in ("0", "", "false", "False"):
             return _OFFLINE_BECAUSE.get(flag) if flag in _OFFLINE_BECAUSE else f"{flag} is set"
-    host = re.sub(r"^https?://", "", os.environ.get("HF_ENDPOINT", "https://huggingface.co")).split("/")[0]
+    endpoint = urllib.parse.urlsplit(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
+    host, port = endpoint.hostname or "huggingface.co", endpoint.port or (80 if endpoint.scheme == "http" else 443)
     try:
-        socket.create_connection((host, 443), timeout=timeout).close()
+        socket.create_connection((host, port), timeout=timeout).close()
     except OSError as e:
         return f"{host} is unreachable ({e.__class__.__name__})"
     return None
