@@ -620,6 +620,7 @@ class Job:
         "The results folder (RESULT_FILES): state, summary, RESULTS.md and three tarballs (figures, bench outputs, "
         "logs); no weights, no checkpoints."
         self.out.mkdir(parents=True, exist_ok=True)
+        self.save_state()  # this job counted, also where no stage ran
         shutil.copy(self.state_file, self.out / "state.json")
         (self.out / "summary.md").write_text(summary(self.state, self.plan))
         results = self.root / "benchmarks" / "RESULTS.md"
