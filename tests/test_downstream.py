@@ -344,3 +344,19 @@ def test_downstream_verdicts():
     assert v[DOWNSTREAM_CLAIMS[1][1]] == "holds"  # math: +10 points on 6 x 400 examples
     assert v[DOWNSTREAM_CLAIMS[6][1]] == "mixed"  # fine-tuned: behind with the calculator, level without
     assert v[DOWNSTREAM_CLAIMS[5][1]] == "not testable"  # no calculator-off rows: the calculator's effect unmeasured
+
+
+def test_prompts_cut_to_fit_the_context_are_counted(model, tok, monkeypatch):
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    lm = DepthnbLM(model=model, tokenizer=tok, bf16=False)  # n_ctx 64: an 8-shot GSM8k prompt never fits
+    rec = evaluate_task(lm, "gsm8k", limit=3)
+    assert rec["truncated"] == 3 and lm.truncated == {"loglikelihood": 0, "generate_until": 3}
+    short = evaluate_task(lm, "gsm8k", shots=0, limit=3)  # 0-shot: cut only where question + 32-token budget > 64
+    fits = sum(len(tok.encode(f"Question: {q}\nAnswer:")) + 32 <= 64 for q in short_questions(3))
+    assert short["truncated"] == 3 - fits
+
+
+def short_questions(n):
+    from depthnb.downstream_tasks import load_gsm8k
+    return [d["question"] for d in load_gsm8k()["test"][:n]]
