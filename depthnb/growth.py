@@ -94,7 +94,7 @@ def grow_optimizer(optimizer: torch.optim.Optimizer, model: nn.Module, grown: nn
                     new.state[p] = _clone_state(optimizer.state[source])
     return new
 
-# %% ../nbs/06_growth.ipynb #594b8b8c
+# %% ../nbs/06_growth.ipynb #aa0bbda6
 PER_LAYER_CONFIG = ("layer_types", "kv_sharing_modes", "no_rope_layers")  # config lists with one entry per layer
 
 
