@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The GPU check of band attention (nbs/02f_band.ipynb), in one command.
+"""The GPU check of band attention (nbs/02g_band.ipynb), in one command.
 
     python3 benchmarks/attention_check.py                  # CUDA: the check, then `depthnb bench` at 134M and 374M
     python3 benchmarks/attention_check.py --device cpu --shrink --no-bench   # a rehearsal at small shapes

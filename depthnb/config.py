@@ -19,7 +19,7 @@ __all__ = ['BAND_IMPLS', 'LLAMA_MIXTURE', 'UL2_RESERVED_IDS', 'STACK_METHODS', '
            'from_dict', 'config_diff']
 
 # %% ../nbs/00_config.ipynb #d3b67e83
-# band attention (nbs/02f_band.ipynb) with the fused kernel named after "band-"; on the CPU, SDPA's CPU kernel
+# band attention (nbs/02g_band.ipynb) with the fused kernel named after "band-"; on the CPU, SDPA's CPU kernel
 BAND_IMPLS = ("band-flex", "band-cudnn", "band-efficient")
 
 
@@ -40,7 +40,7 @@ class ModelConfig:
     share_layers: bool = False  # one set of layer weights applied n_layers times (looped model)
     norm_eps: float = 1e-6
     init_std: float = 0.02
-    # "sdpa" (any device), "flex" (FlexAttention, CUDA) or a BAND_IMPLS kernel (band attention, nbs/02f_band.ipynb)
+    # "sdpa" (any device), "flex" (FlexAttention, CUDA) or a BAND_IMPLS kernel (band attention, nbs/02g_band.ipynb)
     attn_impl: str = "sdpa"
 
     def __post_init__(self):

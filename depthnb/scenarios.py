@@ -44,7 +44,7 @@ ATTN_VARIANTS = {  # name: (ModelConfig.attn_impl, bias table trained?)
     "flex": ("flex", True),
     "sdpa-nobiasgrad": ("sdpa", False),  # diagnostic: what training the bias costs
     "flex-nobiasgrad": ("flex", False),
-    **{impl: (impl, True) for impl in BAND_IMPLS},  # band attention (nbs/02f_band.ipynb)
+    **{impl: (impl, True) for impl in BAND_IMPLS},  # band attention (nbs/02g_band.ipynb)
 }
 
 

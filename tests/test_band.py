@@ -1,4 +1,4 @@
-"Band attention (nbs/02f_band.ipynb): the T5 bias detached in a fused kernel plus its band gradient equals the dense path."
+"Band attention (nbs/02g_band.ipynb): the T5 bias detached in a fused kernel plus its band gradient equals the dense path."
 import warnings
 from dataclasses import replace
 
