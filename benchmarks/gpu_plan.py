@@ -475,9 +475,13 @@ def _stage_list(text: str | None) -> tuple[str, ...]:
 
 
 # ------------------------------------------------------------------------------------------- a job (on the GPU)
-def shown(cmd: list[str]) -> str:
-    "A stage's command as its log records it: `python3` for this interpreter, whose path names the machine."
-    return shlex.join("python3" if a == sys.executable else a for a in cmd)
+def shown(cmd: list[str], root: Path) -> str:
+    """A stage's command as its log records it: `python3` for this interpreter and paths in the checkout `root`
+    relative to it (an absolute path names the machine)."""
+    def arg(a: str) -> str:
+        return "python3" if a == sys.executable else str(Path(a).relative_to(root)) if Path(a).is_relative_to(root) \
+            and Path(a).is_absolute() else a
+    return shlex.join(map(arg, cmd))
 
 
 class Job:
@@ -539,7 +543,9 @@ class Job:
         return self.state["stages"].get(name, {}).get("status", "todo")
 
     def command(self, stage: Stage) -> list[str]:
-        "A stage's command, run in the checkout: its paths relative to it (they are recorded in logs and results)."
+        """A stage's command, run in the checkout: a benchmark's paths relative to it (they are recorded in its
+        results); a science stage's runs and figures folders absolute, as `depthnb reproduce` runs its notebooks
+        from their own folder (its log shows them relative: `shown`)."""
         flags = self.plan.get("bench_flags", {})
         if stage.kind == "bench":
             return ["bash", "benchmarks/gpu.sh", "--out", str(STATE_DIR / "bench" / stage.name), stage.bench,
@@ -547,7 +553,7 @@ class Job:
         sets = [x for k, v in self.plan["overrides"].items() for x in ("--set", f"{k}={v}")]
         return [sys.executable, "-c", "import sys; from depthnb.cli import main; sys.exit(main(sys.argv[1:]))",
                 "reproduce", "--preset", self.plan["preset"], *sets, "--only", ",".join(stage.experiments),
-                "--runs-dir", str(STATE_DIR / "runs"), "--figures-dir", str(STATE_DIR / "figures")]
+                "--runs-dir", str(self.state_dir / "runs"), "--figures-dir", str(self.state_dir / "figures")]
 
     def run(self, stages: tuple[str, ...]) -> None:
         for stage in (s for s in STAGES if s.name in stages):
@@ -590,7 +596,7 @@ class Job:
         self.log(f"[job {self.job}] {stage.name}: start ({timeout:.0f} s left) {stage.what}")
         t0 = time.time()
         with open(log_path, "a") as f:
-            f.write(f"\n===== job {self.job}, {time.strftime('%H:%M:%S')}: {shown(self.command(stage))}\n")
+            f.write(f"\n===== job {self.job}, {time.strftime('%H:%M:%S')}: {shown(self.command(stage), self.root)}\n")
             f.flush()
             proc = subprocess.Popen(self.command(stage), cwd=self.root, env=self.env, stdout=f,
                                     stderr=subprocess.STDOUT, process_group=0)
@@ -663,7 +669,7 @@ def wait_pruning(proc: subprocess.Popen, timeout: float, runs: Path, cut_when=No
 
 
 def prune_checkpoints(runs: Path) -> None:
-    "Delete the checkpoints of finished runs (they resume nothing; final.pt and snapshots stay): disk is 64 GiB."
+    "Delete the checkpoints of finished runs (they resume nothing; final.pt and snapshots stay): a GPU job's disk may be small."
     if runs.exists():
         for done in runs.rglob("DONE"):
             shutil.rmtree(done.parent / "checkpoints", ignore_errors=True)
@@ -870,7 +876,7 @@ def wheel_from_installed(name: str, dest: Path) -> Path:
 
 
 # A sitecustomize that makes some installed packages look absent, as on the GPU image, except in one folder
-# (where the device installs the carried wheels).
+# (where `run` installs the carried wheels).
 _IMAGE_SITECUSTOMIZE = """import importlib.machinery, sys
 
 class _Absent:

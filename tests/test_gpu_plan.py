@@ -89,9 +89,11 @@ def test_attention_stage_runs_the_check_with_relative_paths(tmp_path):
     assert job.command(attention) == ["bash", "benchmarks/gpu.sh", "--out", "runs/gpu-plan/bench/attention", "attention"]
     assert gpu_plan.REHEARSAL_BENCH_FLAGS["attention"] == ["--device", "cpu", "--shrink"]
     for stage in gpu_plan.STAGES:  # every command as its log records it: no absolute path
-        line = gpu_plan.shown(job.command(stage))
+        line = gpu_plan.shown(job.command(stage), tmp_path)
         assert not [a for a in line.split() if a.startswith("/")], line
-    assert "python3 -c" in gpu_plan.shown(job.command(gpu_plan.STAGE_BY_NAME["pretrain"]))
+    pretrain = gpu_plan.shown(job.command(gpu_plan.STAGE_BY_NAME["pretrain"]), tmp_path)
+    assert pretrain.startswith("python3 -c") and "--runs-dir runs/gpu-plan/runs --figures-dir runs/gpu-plan/figures" \
+        in pretrain
 
 
 def test_gpu_sh_names_its_stages(tmp_path):
