@@ -377,10 +377,16 @@ def claim_equal_ppl(sel: pd.DataFrame, task: str) -> tuple[str, str]:
             verdicts.append("not testable")
             parts.append(f"{label}: no model of another depth matched its PPL")
             continue
-        gaps = f"matched PPLs {100 * matched.rel_gap.min():+.1f}% to {100 * matched.rel_gap.max():+.1f}% from the target"
-        if matched.rel_gap.abs().max() > EQUAL_PPL_TOLERANCE:
+        on_target = bool((reference.rel_gap.abs() < 1e-9).all())  # each seed's own reference sets its target
+        targets = ("each reference on its own seed's target" if on_target else
+                   f"one target for every seed, the mean of the references' PPLs (references "
+                   f"{100 * reference.rel_gap.min():+.1f}% to {100 * reference.rel_gap.max():+.1f}% from it)")
+        gaps = (f"matched PPLs {100 * matched.rel_gap.min():+.1f}% to {100 * matched.rel_gap.max():+.1f}% from the target; "
+                f"{targets}")
+        if pd.concat([matched.rel_gap, reference.rel_gap]).abs().max() > EQUAL_PPL_TOLERANCE:
             verdicts.append("not testable")
-            parts.append(f"{label}: {gaps}, beyond the {EQUAL_PPL_TOLERANCE:.0%} tolerance (snapshots too sparse)")
+            parts.append(f"{label}: {gaps}, beyond the {EQUAL_PPL_TOLERANCE:.0%} tolerance (snapshots too sparse, or "
+                         "references off a shared target)")
             continue
         text, verdict = control_effect(pd.concat([reference, matched]), task, label)
         verdicts.append(verdict)
@@ -403,9 +409,11 @@ def claim_equal_loss(sel: pd.DataFrame, task: str) -> tuple[str, str]:
         thr = g.threshold.unique()  # one per part of a preset in parts: each part's runs reach their own
         thresholds = (f"a threshold of {thr[0]:.4f}" if len(thr) == 1 else
                       f"thresholds {thr.min():.4f} to {thr.max():.4f} (one per part)")
+        refined = (f"; {int(g.refined.astype(str).str.lower().eq('true').sum())} of {len(g)} picks refined (a "
+                   "retrained stretch evaluated densely)") if "refined" in g else ""
         gaps = (f"matched losses {g.loss.min():.4f} to {g.loss.max():.4f} for {thresholds} "
                 f"({100 * gap.min():+.0f}% to {100 * gap.max():+.0f}%; {int((g.step == g.step.max()).sum())} of "
-                f"{len(g)} picks at the last snapshot; fine-tuning steps of the picks: {pick_steps(g)})")
+                f"{len(g)} picks at the last snapshot; fine-tuning steps of the picks: {pick_steps(g)}{refined})")
         if gap.abs().max() > EQUAL_LOSS_TOLERANCE:
             verdicts.append("not testable")
             parts.append(f"{label}: {gaps}, beyond the {EQUAL_LOSS_TOLERANCE:.0%} tolerance (snapshots too sparse)")

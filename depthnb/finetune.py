@@ -432,7 +432,8 @@ def refine_finetune(run_dir: Path | str, first: int, last: int, every: int = 1, 
                     log=print) -> str:
     """Retrain part of the finished fine-tuning run `run_dir` to evaluate its in-distribution loss and keep its
     weights at steps `first`, `first + every`, ... up to `last`, from its newest kept checkpoint at or before `first`
-    (else from its source model); returns the refined stretch's run directory (`train.refine_run_dir`)."""
+    (else from its source model; a stretch that starts at a checkpoint has that checkpoint's weights at `first`, and
+    evaluates from the next step); returns the refined stretch's run directory (`train.refine_run_dir`)."""
     run_dir = Path(run_dir)
     record = read_config(run_dir)
     if record.get("kind") != "finetune" or not is_done(run_dir):

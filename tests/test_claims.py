@@ -479,3 +479,47 @@ def test_a_verdict_one_seed_carries_is_fragile(tmp_path):
     geo = pd.DataFrame(rows).query("task == 'geoquery'")
     geo.to_csv(tmp_path / "finetune_accuracy.csv", index=False)
     assert check_robust(fig4, FigureTables(tmp_path))[1:] == ("holds", "stable: holds without any one of its 10 seeds")
+
+
+# --- Fig. 6 with one target per seed; Fig. 7's refined picks; Table 1's loss paired over stacking seeds -------------
+
+def test_equal_ppl_checks_the_references_against_their_target():
+    "A target shared by all seeds leaves the references off it: beyond the tolerance, that is not testable either."
+    effect = accuracy_table(lambda d: 0.2 + 0.1 * d, noise=0.02)
+    per_seed = equal_ppl_selection(effect, -0.005)
+    evidence, verdict = claim_equal_ppl(per_seed, "geoquery")
+    assert verdict == "holds" and "each reference on its own seed's target" in evidence
+    shared = per_seed.assign(rel_gap=np.where(per_seed.status == "reference", 0.024, per_seed.rel_gap))
+    evidence, verdict = claim_equal_ppl(shared, "geoquery")
+    assert verdict == "not testable" and "references +2.4% to +2.4% from it" in evidence
+
+
+def test_equal_loss_counts_the_refined_picks():
+    effect = accuracy_table(lambda d: 0.2 + 0.1 * d, noise=0.02)
+    tight = effect.assign(threshold=0.02, loss=0.0195, step=800, refined=effect.n_layers > 2)
+    evidence, verdict = claim_equal_loss(tight, "geoquery")
+    assert verdict == "holds" and f"{int((effect.n_layers > 2).sum())} of {len(effect)} picks refined" in evidence
+
+
+def valid_loss_table(gap, seeds=8, sd=0.01, rng=None) -> pd.DataFrame:
+    "Per stacking seed, the baseline's and MIDAS's final loss: a shared seed effect, MIDAS `gap` above the baseline."
+    rng = rng or np.random.default_rng(0)
+    shared = 4.1 + rng.normal(0, sd, seeds)
+    return pd.DataFrame([dict(method=m, seed=s, val_loss=shared[s] + (gap if m == "midas" else 0.0) + rng.normal(0, sd))
+                         for s in range(seeds) for m in ("baseline", "midas")])
+
+
+def test_midas_loss_paired_over_stacking_seeds():
+    family = ppl_table(lambda d: 4.1, seeds=2)
+    margin = 0.036  # PAPER_T1: the paper's largest MIDAS-minus-baseline gap, positive (MIDAS slightly worse)
+    evidence, verdict = claim_midas_loss_near_baseline(STACK_T1, PAPER_T1, family, "v", valid_loss_table(-0.05))
+    assert verdict == "holds" and "per stacking seed" in evidence and "over 8 seeds" in evidence
+    assert "seed 7 " in evidence and len(evidence.split("seed 0 ")[1].split(",")[0].split(".")[1]) == 6  # 6 decimals
+    assert claim_midas_loss_near_baseline(STACK_T1, PAPER_T1, family, "v", valid_loss_table(0.1))[1] == "does not hold"
+    one = valid_loss_table(-0.05, seeds=1)  # one stacking seed: the single-run rule, never decided
+    assert claim_midas_loss_near_baseline(STACK_T1, PAPER_T1, family, "v", one)[1] == "inconclusive"
+    # the null of non-inferiority: MIDAS exactly the margin worse; "holds" at most about 2.5% of the time
+    rng = np.random.default_rng(21)
+    null = [claim_midas_loss_near_baseline(STACK_T1, PAPER_T1, family, "v", valid_loss_table(margin, rng=rng))[1]
+            for _ in range(DRAWS)]
+    assert rate(null) <= RATE_BOUND
