@@ -7,6 +7,10 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import re
+import shutil
+import tempfile
 from dataclasses import replace
 from fractions import Fraction
 from pathlib import Path
@@ -20,11 +24,12 @@ from .config import ModelConfig, PretrainConfig
 from .runs import atomic_write_text, load_verified
 
 # %% auto #0
-__all__ = ['HF_INSTALL', 'FFN_WIDTH_FIELDS', 'HF_CONFIG_FILE', 'MissingExtraError', 'require_transformers', 'is_hf_model',
-           'hf_field', 'ffn_field', 'ffn_width', 'shape_config', 'load_hf_config', 'hf_config_with', 'build_hf',
-           'decoder_layers', 'HFCausalLM', 'training_hf_config', 'save_hf_config', 'read_hf_config', 'empty_hf_model',
-           'hf_pretrain_config', 'load_hf_model', 'hf_param_count', 'hf_width_coefficients', 'hf_solve_ffn',
-           'hf_depth_config', 'hf_family']
+__all__ = ['HF_INSTALL', 'FFN_WIDTH_FIELDS', 'HF_CONFIG_FILE', 'SPM_NORMAL', 'SPM_USER_DEFINED', 'SPM_UNIGRAM', 'UNMATCHED_SCORE',
+           'MissingExtraError', 'require_transformers', 'is_hf_model', 'hf_field', 'ffn_field', 'ffn_width',
+           'shape_config', 'load_hf_config', 'hf_config_with', 'build_hf', 'decoder_layers', 'HFCausalLM',
+           'training_hf_config', 'save_hf_config', 'read_hf_config', 'empty_hf_model', 'hf_pretrain_config',
+           'load_hf_model', 'hf_param_count', 'hf_width_coefficients', 'hf_solve_ffn', 'hf_depth_config', 'hf_family',
+           'spm_model_proto', 'spm_backend', 'hf_tokenizer', 'export_hf']
 
 # %% ../nbs/02f_hf.ipynb #ba8ccfe3
 HF_INSTALL = "pip install depthnb[hf]"
@@ -299,3 +304,104 @@ def hf_family(config, depths) -> pd.DataFrame:
         rows.append(dict(n_layers=n, d_ff=f, n_params=count, rel_diff=count / target - 1,
                          ff_ratio=round(config.hidden_size / f, 4), baseline=n == config.num_hidden_layers))
     return pd.DataFrame(rows)
+
+# %% ../nbs/02f_hf.ipynb #0a304e08
+SPM_NORMAL, SPM_USER_DEFINED, SPM_UNIGRAM = 1, 4, 1  # sentencepiece_model.proto: piece types, model type
+UNMATCHED_SCORE = -1e9  # the score of the pieces SentencePiece never matches in text (control, unknown, byte)
+
+
+def spm_model_proto(sp_model):
+    """The `ModelProto` of a SentencePiece model: a depthnb `Tokenizer` (or anything keeping its processor as `.sp`),
+    a `SentencePieceProcessor`, a `.model` file or its bytes."""
+    from sentencepiece import SentencePieceProcessor, sentencepiece_model_pb2
+    sp = getattr(sp_model, "sp", sp_model)
+    if isinstance(sp, SentencePieceProcessor):
+        data = sp.serialized_model_proto()
+    elif isinstance(sp, (str, Path)):
+        data = Path(sp).read_bytes()
+    elif isinstance(sp, bytes):
+        data = sp
+    else:
+        raise TypeError(f"spm_model_proto: {type(sp_model).__name__} is not a SentencePiece model")
+    return sentencepiece_model_pb2.ModelProto.FromString(data)
+
+
+def spm_backend(proto):
+    """A `tokenizers.Tokenizer` that encodes and decodes as the SentencePiece unigram model `proto` does: its pieces
+    and scores, its normalizer's settings (extra-whitespace removal, whitespace escaping, the dummy prefix), its
+    user-defined pieces emitted whole, byte fallback. The pieces SentencePiece keeps out of its lattice (control,
+    unknown and byte pieces) are scored out of reach of the text."""
+    require_transformers()
+    from tokenizers import Regex, Tokenizer, decoders, normalizers, pre_tokenizers
+    from tokenizers.models import Unigram
+    spec, norm = proto.trainer_spec, proto.normalizer_spec
+    if spec.model_type != SPM_UNIGRAM:
+        raise ValueError(f"spm_backend: a SentencePiece model of type {spec.model_type} (only unigram models, type "
+                         f"{SPM_UNIGRAM}, which depthnb trains, are converted)")
+    scores = [(p.piece, p.score if p.type in (SPM_NORMAL, SPM_USER_DEFINED) else UNMATCHED_SCORE) for p in proto.pieces]
+    backend = Tokenizer(Unigram(scores, unk_id=spec.unk_id, byte_fallback=spec.byte_fallback))
+    steps = [normalizers.Precompiled(norm.precompiled_charsmap)] if norm.precompiled_charsmap else []
+    if norm.remove_extra_whitespaces:  # only spaces: SentencePiece leaves newlines and tabs alone
+        steps += [normalizers.Replace(Regex(r"\A +| +\z"), ""), normalizers.Replace(Regex(" {2,}"), " ")]
+    if norm.escape_whitespaces:
+        steps.append(normalizers.Replace(" ", "\u2581"))
+    if norm.add_dummy_prefix:  # the prefix is added before a leading space too, which Metaspace alone would skip
+        steps.append(normalizers.Replace(Regex("\\A\u2581"), "\u2581\u2581"))
+    backend.normalizer = normalizers.Sequence(steps)
+    pre = [pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="always", split=False)] if norm.add_dummy_prefix else []
+    if user := sorted((p.piece for p in proto.pieces if p.type == SPM_USER_DEFINED), key=len, reverse=True):
+        pre.append(pre_tokenizers.Split(Regex("|".join(map(re.escape, user))), behavior="isolated"))
+    if pre:
+        backend.pre_tokenizer = pre_tokenizers.Sequence(pre)
+    steps = [decoders.Replace("\u2581", " ")] + ([decoders.ByteFallback()] if spec.byte_fallback else []) + [decoders.Fuse()]
+    backend.decoder = decoders.Sequence(steps + ([decoders.Strip(content=" ", left=1)] if norm.add_dummy_prefix else []))
+    return backend
+
+
+def hf_tokenizer(sp_model, n_ctx: int | None = None):
+    """depthnb's SentencePiece tokenizer (`sp_model`: see `spm_model_proto`) as a transformers
+    `PreTrainedTokenizerFast`: the same token ids for every text (special tokens spelt out in a text are read as
+    text, as SentencePiece reads them), the same text for every ids, no BOS or EOS added; its special tokens are
+    the model's (depthnb: pad, eos, unk; no BOS). `n_ctx`: the context the model was trained on, as its
+    `model_max_length`."""
+    transformers = require_transformers()
+    proto = spm_model_proto(sp_model)
+    spec = proto.trainer_spec
+    special = {f"{name}_token": proto.pieces[i].piece for name, i in
+               (("bos", spec.bos_id), ("eos", spec.eos_id), ("unk", spec.unk_id), ("pad", spec.pad_id)) if i >= 0}
+    extra = {} if n_ctx is None else dict(model_max_length=int(n_ctx))
+    return transformers.PreTrainedTokenizerFast(tokenizer_object=spm_backend(proto), split_special_tokens=True,
+                                                clean_up_tokenization_spaces=False, **special, **extra)
+
+
+def export_hf(path: Path | str, out_dir: Path | str, tokenizer, overwrite: bool = False) -> Path:
+    """Write the transformers model of a depthnb run (a run directory, `final.pt`, a snapshot or a checkpoint: what
+    `load_hf_model` reads) and its `tokenizer` (`hf_tokenizer`) as one `save_pretrained` folder `out_dir`, which
+    `AutoModelForCausalLM`, `AutoTokenizer` and lm-eval's `hf` model load. The config's special-token ids become
+    the tokenizer's (generation stops at depthnb's EOS). `out_dir` is written whole or not at all; an existing one
+    is replaced only with `overwrite=True`."""
+    out = Path(out_dir)
+    if out.exists() and any(out.iterdir()) and not overwrite:
+        raise FileExistsError(f"export_hf: {out} exists and is not empty (overwrite=True replaces it)")
+    model = load_hf_model(path)
+    tok = hf_tokenizer(tokenizer, n_ctx=model.n_ctx)
+    hf = model.hf
+    if len(tok) != hf.config.vocab_size:
+        raise ValueError(f"export_hf: {path}: the model has {hf.config.vocab_size} token embeddings, the tokenizer "
+                         f"{len(tok)} tokens: not the tokenizer of this run")
+    for name in ("bos_token_id", "eos_token_id", "pad_token_id"):
+        for config in (hf.config, getattr(hf, "generation_config", None)):
+            if config is not None:
+                setattr(config, name, getattr(tok, name))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        hf.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(tmp, out)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+    return out
