@@ -26,16 +26,21 @@ from pathlib import Path
 
 import nbformat
 import nbformat.v4 as v4
+import pandas as pd
 from .reproduce import EXPERIMENTS
+from .site_results import (escape_pseudo_tags, experiment_owners, experiment_results, gallery_html,
+                                  paper_order, preset_outputs, relative_url, report_markdown, report_sections,
+                                  results_markdown, short_caption, shown_presets, verdict_table, with_results)
 from .sitecheck import BROWSER_REQUIREMENTS, CHECKED_PAGES, check_site
 
 # %% auto #0
-__all__ = ['DOCS_REQUIREMENTS', 'SITE_CSS', 'find_root', 'read_settings', 'SitePages', 'site_pages', 'process_notebooks',
-           'page_source', 'split_directives', 'front_matter', 'title_and_summary', 'fix_links', 'show_doc_markdown',
-           'myst_notebook', 'fallback_anchors', 'Figure', 'reproduced', 'by_preset', 'gallery_myst', 'gallery_markdown',
-           'page_name', 'notebooks_table', 'mathjax_static', 'sphinx_conf', 'toctree', 'insert_after_heading',
-           'DocsBuild', 'missing_requirements', 'install_requirements', 'write_site_source', 'build_docs',
-           'html_table_markdown', 'readme_markdown', 'write_readme', 'main']
+__all__ = ['DOCS_REQUIREMENTS', 'NO_DOCSTRING', 'SITE_CSS', 'CLAIM_PAGES', 'PLAN_PAGE', 'PLAN_PRESETS', 'find_root',
+           'read_settings', 'SitePages', 'site_pages', 'process_notebooks', 'page_source', 'split_directives',
+           'front_matter', 'title_and_summary', 'fix_links', 'short_default', 'short_signature', 'show_doc_markdown',
+           'undocumented', 'myst_notebook', 'fallback_anchors', 'gallery_markdown', 'page_name', 'notebooks_table',
+           'mathjax_static', 'sphinx_conf', 'toctree', 'insert_after_heading', 'claims_markdown', 'plan_markdown',
+           'built_sources', 'DocsBuild', 'missing_requirements', 'install_requirements', 'write_site_source',
+           'build_docs', 'html_table_markdown', 'readme_markdown', 'write_readme', 'main']
 
 # %% ../nbs/12_docs.ipynb #c2f34bde
 DOCS_REQUIREMENTS = ("sphinx>=8", "myst-nb>=1.2", "sphinx-book-theme>=1.1", "sphinx-mathjax-offline>=0.0.2")
@@ -202,17 +207,94 @@ def fix_links(text: str, page: str, doc_url: str, notebook_pages: dict[str, str]
     return re.sub(r"(\]\(|href=\")(?:\.\./)*(?:nbs/)?((?:experiments/)?[\w.-]+\.ipynb)(#[^)\"\s]*)?", notebook_link, text)
 
 # %% ../nbs/12_docs.ipynb #30944f2b
-def show_doc_markdown(md: str) -> str:
-    "`show_doc`'s Markdown, ready to be a Markdown cell of the site."
+NO_DOCSTRING = "Call self as a function."  # what show_doc writes for a function without a docstring
+
+
+def _split_top(text: str, sep: str = ",") -> list[str]:
+    "`text` split at `sep` outside brackets and quotes."
+    parts, depth, quote, start = [], 0, None, 0
+    for i, ch in enumerate(text):
+        if quote:
+            quote = None if ch == quote and text[i - 1] != "\\" else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "([{<":
+            depth += 1
+        elif ch in ")]}>" and not (ch == ">" and i and text[i - 1] == "-"):
+            depth -= 1
+        elif ch == sep and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    return parts + [text[start:]]
+
+
+def short_default(default: str, limit: int = 40) -> str:
+    "A default as a reader needs it: `<function f at 0x…>` as `f`, a long list or tuple as its first item and a count."
+    default = re.sub(r"<function (?:[\w.]+\.)?<?(\w+)>? at 0x[0-9a-f]+>", r"\1", default.strip())
+    default = re.sub(r"<(?:built-in function|class) '?([\w.]+)'?>", r"\1", default)
+    if len(default) <= limit:
+        return default
+    if default[0] + default[-1] in ("[]", "()", "{}"):
+        items = [i for i in _split_top(default[1:-1]) if i.strip()]
+        first = re.sub(r"\(.*\)$", "(…)", items[0].strip(), flags=re.S) if items else ""
+        return f"{default[0]}{short_default(first, limit)}, … {len(items)} items{default[-1]}"
+    return default[:limit].rstrip() + "…"
+
+
+def short_signature(code: str, limit: int = 40) -> str:
+    "A `def f(...)` signature from show_doc with long defaults summarised and annotations of defaults' types dropped."
+    m = re.match(r"(\s*(?:async\s+)?(?:def|class)\s+\w+\s*\()(.*)(\)\s*(?:->.*)?:?\s*)$", code, flags=re.S)
+    if not m:
+        return code
+    head, params, tail = m.groups()
+    out = []
+    for p in (p.strip() for p in _split_top(params) if p.strip()):
+        parts = _split_top(p, "=")
+        name, default = parts[0].strip(), "=".join(parts[1:]) if len(parts) > 1 else None
+        name = re.sub(r":\s*(?:builtin_function_or_method|function|method|NoneType)$", "", name)
+        out.append(name + (f"={short_default(default, limit)}" if default is not None else ""))
+    if out == [p.strip() for p in _split_top(params) if p.strip()]:
+        return code  # nothing to shorten: show_doc's layout stays
+    one = ", ".join(out)
+    body = f"\n    {one}\n" if len(one) <= 100 else "\n" + "".join(f"    {p},\n" for p in out)
+    return head + body + tail.lstrip()
+
+
+def _source_line(root: Path | None, url_path: str, name: str) -> int | None:
+    "The line of `def name`/`class name` in the repository file `url_path`, or None."
+    f = Path(root) / url_path if root else None
+    if not f or not f.is_file():
+        return None
+    pattern = re.compile(rf"^\s*(?:async\s+)?(?:def|class)\s+{re.escape(name.split('.')[-1])}\b")
+    return next((i for i, line in enumerate(f.read_text().splitlines(), 1) if pattern.match(line)), None)
+
+
+def show_doc_markdown(md: str, root: Path | None = None) -> str:
+    """`show_doc`'s Markdown, ready to be a Markdown cell of the site: readable signatures, no placeholder docstring,
+    source links to the definition's line (found in `root`'s copy of the module where nbdev gave none)."""
     md = re.sub(r"\A\s*---\s*\n", "", md)
-    md = re.sub(r"(```\w*\n)(.*?)(\n```)", lambda m: m.group(1) + m.group(2).strip("\n") + m.group(3), md, flags=re.S)
+    md = re.sub(r"(```\w*\n)(.*?)(\n```)", lambda m: m.group(1) + short_signature(m.group(2).strip("\n")).strip("\n") + m.group(3),
+                md, flags=re.S)
+    md = re.sub(rf"^\*{re.escape(NO_DOCSTRING)}\*[ \t]*\n?", "", md, flags=re.M)
+    name = re.search(r"^#{1,6}[ \t]+(.+?)[ \t]*$", md, flags=re.M)
+
+    def line(m):
+        n = _source_line(root, m.group(2), re.sub(r"[`*]", "", name.group(1))) if name else None
+        return m.group(1) + (f"#L{n}" if n else "")
+
+    md = re.sub(r"(/blob/[^/\s)]+/((?:[\w.-]+/)*[\w.-]+\.py))#LNone", line, md)
 
     def anchored(m):
         level, name = m.groups()
         anchor = re.sub(r"\s+", "-", re.sub(r"[`*]", "", name).strip().lower())
         return f'<span id="{html.escape(anchor)}"></span>\n\n{level} {name}'
 
-    return re.sub(r"^(#{1,6})[ \t]+(.+?)[ \t]*$", anchored, md, flags=re.M)
+    return re.sub(r"^(#{1,6})[ \t]+(.+?)[ \t]*$", anchored, md, flags=re.M).rstrip() + "\n"
+
+
+def undocumented(markdown: list[str]) -> list[str]:
+    "The names whose show_doc Markdown (one entry per item) has no docstring of their own."
+    return [m.group(1) for md in markdown if NO_DOCSTRING in md and (m := re.search(r"^#{1,6}[ \t]+(.+?)[ \t]*$", md, flags=re.M))]
 
 # %% ../nbs/12_docs.ipynb #8c5fd247
 def _text(source) -> str:
@@ -232,8 +314,8 @@ def _tags(directives: dict[str, str]) -> list[str]:
 
 
 def myst_notebook(proc_nb: dict, source_nb: dict | None, page: str, doc_url: str,
-                  notebook_pages: dict[str, str]) -> nbformat.NotebookNode:
-    "A processed notebook (`_proc/`) as a notebook MyST-NB renders well; `page` is its site path (`solver.html`)."
+                  notebook_pages: dict[str, str], root: Path | None = None) -> nbformat.NotebookNode:
+    "A processed notebook (`_proc/`) as a notebook MyST-NB renders well; `page` is its site path (`solver.html`); `root` finds source lines."
     fm = front_matter(proc_nb)
     title, summary = title_and_summary(source_nb or {})
     title, summary = title or fm.get("title") or Path(page).stem, summary or fm.get("description")
@@ -254,7 +336,7 @@ def myst_notebook(proc_nb: dict, source_nb: dict | None, page: str, doc_url: str
             outputs = cell.get("outputs", [])
             if directives.get("output", "").lower() == "asis":
                 markdown = [_text(o.get("data", {}).get("text/markdown")) for o in outputs]
-                cells += [v4.new_markdown_cell(fix(show_doc_markdown(md))) for md in markdown if md.strip()]
+                cells += [v4.new_markdown_cell(fix(show_doc_markdown(md, root))) for md in markdown if md.strip()]
                 outputs = [o for o in outputs if "text/markdown" not in o.get("data", {})]
                 if not outputs:
                     continue
@@ -291,68 +373,21 @@ def fallback_anchors(notebooks: dict[str, nbformat.NotebookNode]) -> int:
     return changed
 
 # %% ../nbs/12_docs.ipynb #23588188
-@dataclass(frozen=True)
-class Figure:
-    "One reproduced figure or table under `figures/`."
-    path: Path  # the PNG (figures) or the Markdown file (tables), relative to the repository root
-    caption: str
-    preset: str
-
-
-def reproduced(root: Path) -> tuple[list[Figure], list[Figure]]:
-    "The figures (PNG with a `.txt` caption) and tables (Markdown beside its CSV) under `figures/`, by preset and name."
-    figs, tables = [], []
-    for png in sorted((root / "figures").glob("*/*.png")):
-        txt = png.with_suffix(".txt")
-        figs.append(Figure(png.relative_to(root), txt.read_text().strip() if txt.exists() else png.stem, png.parent.name))
-    for md in sorted((root / "figures").glob("*/*.md")):
-        if not md.with_suffix(".csv").exists():  # REPORT.md, a README: pages of their own, not tables
-            continue
-        caption = md.read_text().strip().split("\n\n", 1)[0]
-        tables.append(Figure(md.relative_to(root), caption if not caption.startswith("|") else md.stem, md.parent.name))
-    return figs, tables
-
-
-def _short(caption: str) -> str:
-    "A caption without its `[preset: …; hardware: …]` tail, for alt text."
-    return re.sub(r"\s*\[[^\]]*\]\s*$", "", caption)
-
-
-def by_preset(figs: list[Figure], tables: list[Figure]) -> dict[str, tuple[list[Figure], list[Figure]]]:
-    "The figures and the tables of each preset, presets in the order they first appear."
-    presets = dict.fromkeys(f.preset for f in figs + tables)
-    return {p: ([f for f in figs if f.preset == p], [t for t in tables if t.preset == p]) for p in presets}
-
-
-def gallery_myst(root: Path, figs: list[Figure], tables: list[Figure]) -> str:
-    "The home page's gallery: a grid of figures with captions (MyST), then each table, folded."
-    if not figs and not tables:
-        return "Nothing reproduced yet: run `make reproduce`, then `make docs`."
-    out = []
-    for preset, (fs, ts) in by_preset(figs, tables).items():
-        out.append(f"### Preset `{preset}`\n")
-        if fs:
-            out.append("::::{container} depthnb-gallery")
-            for f in fs:
-                out.append(f":::{{figure}} {f.path.as_posix()}\n:alt: {_short(f.caption)}\n\n{f.caption}\n:::")
-            out.append("::::\n")
-        for t in ts:
-            body = (root / t.path).read_text().strip().split("\n\n", 1)[-1]
-            out.append(f"<details><summary>{html.escape(t.caption)}</summary>\n\n{body}\n\n</details>\n")
-    return "\n".join(out)
-
-
-def gallery_markdown(figs: list[Figure], tables: list[Figure]) -> str:
-    "The README's gallery: GitHub Markdown images with captions, and links to the tables."
-    if not figs and not tables:
+def gallery_markdown(root: Path) -> str:
+    "The README's gallery: per shown preset, its figures in the papers' order with one caption each, then its tables' CSVs."
+    presets = shown_presets(root)
+    if not presets:
         return "Nothing reproduced yet: run `make reproduce`."
     out = []
-    for preset, (fs, ts) in by_preset(figs, tables).items():
-        out.append(f"### Preset `{preset}`\n")
-        for f in fs:
-            out.append(f"![{_short(f.caption)}]({f.path.as_posix()})\n\n*{f.caption}*\n")
-        if ts:
-            out.append("Tables:\n\n" + "\n".join(f"- [{t.path.stem}]({t.path.as_posix()}): {t.caption}" for t in ts) + "\n")
+    for preset in presets:
+        outs = paper_order(preset_outputs(root, preset), report_sections((root / "figures" / preset / "REPORT.md").read_text()))
+        out.append(f"### Preset `{preset}`\n\nThe verdicts and every table beside the papers': "
+                   f"[figures/{preset}/REPORT.md](figures/{preset}/REPORT.md).\n")
+        for f in (o for o in outs if o.kind == "figure"):
+            out.append(f"[![{short_caption(f.caption, 200)}]({f.path.as_posix()})]({f.path.as_posix()})\n\n"
+                       f"*{escape_pseudo_tags(f.caption)}*\n")
+        if tables := [o for o in outs if o.kind == "table"]:
+            out.append("Tables: " + " · ".join(f"[{t.stem}]({t.path.as_posix()})" for t in tables) + "\n")
     return "\n".join(out)
 
 # %% ../nbs/12_docs.ipynb #b9e2626e
@@ -381,6 +416,23 @@ table.dataframe td, table.dataframe th { text-align: right; padding: 0.15rem 0.6
 details { margin: 0.5rem 0; }
 @media (min-width: 960px) { #pst-header { display: none; } }  /* the sidebar has the search box */
 details > summary { cursor: pointer; }
+.depthnb-gallery { display: grid; grid-template-columns: repeat(auto-fill, minmax(12rem, 1fr)); gap: 0.8rem; margin: 0.6rem 0; }
+.depthnb-thumb { margin: 0; font-size: 0.8rem; line-height: 1.25; }
+.depthnb-thumb img { width: 100%; height: 9rem; object-fit: contain; border: 1px solid var(--pst-color-border); background: white; }
+.depthnb-figure { margin: 1rem 0; }
+.depthnb-figure img { max-width: 100%; height: auto; border: 1px solid var(--pst-color-border); }
+.depthnb-figure figcaption, .depthnb-caption { font-size: 0.85rem; }
+.depthnb-report-img { max-width: 100%; max-height: 24rem; border: 1px solid var(--pst-color-border); }
+.depthnb-table-box { max-width: 100%; overflow-x: auto; margin: 0.6rem 0; }
+.depthnb-table { font-size: 0.8rem; border-collapse: collapse; }
+.depthnb-table td, .depthnb-table th { padding: 0.1rem 0.5rem; border-bottom: 1px solid var(--pst-color-border); white-space: nowrap; }
+.depthnb-verdicts { font-size: 0.8rem; border-collapse: collapse; width: 100%; }
+.depthnb-verdicts td, .depthnb-verdicts th { padding: 0.2rem 0.4rem; vertical-align: top; border-bottom: 1px solid var(--pst-color-border); }
+.depthnb-verdict { white-space: nowrap; font-weight: 600; padding: 0 0.3rem; border-radius: 0.2rem; }
+.depthnb-holds { background: #d8f0d8; color: #14501a; } .depthnb-fails { background: #f6d6d6; color: #6b1010; }
+.depthnb-open { background: #f7ecc8; color: #5a4500; } .depthnb-none { background: #e8e8e8; color: #333; }
+.bd-article-container { max-width: 100%; }  /* wide tables scroll in their own box, not the page */
+pre { white-space: pre-wrap; word-break: break-word; }
 """
 
 
@@ -404,7 +456,7 @@ def sphinx_conf(settings: dict[str, str], mathjax_dir: str | None = None) -> str
         nb_execution_mode="off", nb_merge_streams=True, nb_ipywidgets_js={},
         exclude_patterns=["_build", "**.ipynb_checkpoints"],
         suppress_warnings=["myst.header", "misc.highlighting_failure", "toc.not_included"],
-        html_theme="sphinx_book_theme", html_static_path=["_static"] + ([mathjax_dir] if mathjax_dir else []), html_css_files=["depthnb.css"],
+        html_theme="sphinx_book_theme", html_static_path=["_static"] + ([mathjax_dir] if mathjax_dir else []), html_css_files=["depthnb.css"], html_extra_path=["_extra"],
         html_show_sourcelink=False, html_copy_source=False, html_last_updated_fmt=None,
         html_theme_options=dict(repository_url=settings.get("git_url", ""), repository_branch=settings.get("branch", "main"),
                                 path_to_docs="nbs", use_repository_button=True, home_page_in_toc=True,
@@ -426,6 +478,71 @@ def insert_after_heading(nb, heading: str, markdown: str) -> bool:
             nb.cells.insert(i + 1, v4.new_markdown_cell(markdown))
             return True
     return False
+
+# %% ../nbs/12_docs.ipynb #4e5f6a7b
+CLAIM_PAGES = {"08a_claims.ipynb": None, "08c_claims_petty.ipynb": ("Petty",), "08d_claims_midas.ipynb": ("Saunshi", "Beyond")}
+PLAN_PAGE, PLAN_PRESETS = "14_plan.ipynb", ("small", "paper", "saunshi")
+
+
+def _write_if_changed(path: Path, text: str) -> Path:
+    "Write `text` to `path` unless it holds it already (a cached processed copy stays valid)."
+    if not path.exists() or path.read_text() != text:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return path
+
+
+def claims_markdown(root: Path, presets: list[str], papers: tuple[str, ...] | None, page: str, experiment_page) -> str:
+    "The verdicts the claims' rules gave on the committed tables (`figures/<preset>/fidelity.csv`), for `papers` (None: all)."
+    out = ["## The verdicts on the committed tables", "",
+           "What these rules decided on the committed `figures/<preset>/` tables (the report writes them to "
+           "`fidelity.csv`); the [Results page](" + relative_url("results.html", page) + ") links each to its figure."]
+    for preset in presets[:1]:
+        fid = pd.read_csv(Path(root) / "figures" / preset / "fidelity.csv")
+        rows = fid if papers is None else fid[fid.paper.isin(papers)]
+        out += ["", f"Preset `{preset}`:", "", verdict_table(rows, [""] * len(rows))]
+    return "\n".join(out)
+
+
+def plan_markdown(presets=PLAN_PRESETS) -> str:
+    "`plan_table` for the GPU presets on 8 H100s, as the planner's page shows it when the site is built."
+    from depthnb.plan import plan_table
+
+    out = ["## The plans", "", "`plan_table(preset, gpus=8, gpu=\"h100\")` for each GPU preset, computed when the site "
+           "was built: memory per GPU (GiB) with each strategy, what fits, the MFU used and the GPU-hours."]
+    for p in presets:
+        t = plan_table(p, gpus=8, gpu="h100")
+        out += ["", f"### `{p}`", "", '<div class="depthnb-table-box">'
+                + t.to_html(index=False, border=0, classes="depthnb-table", float_format=lambda x: f"{x:.4g}") + "</div>"]
+    return "\n".join(out)
+
+
+def built_sources(root: Path, pages: SitePages, sources: dict[Path, Path], presets: list[str],
+                  owners: dict[str, str], log=print) -> dict[Path, Path]:
+    """The notebooks as the site shows them: each experiment with its committed figures and tables after the cells that
+    write them, the claims pages with their verdicts, the planner with its plans (copies in `_proc/_with_results/`)."""
+    out, work = dict(sources), Path(root) / "_proc" / "_with_results"
+    exp_page = lambda name: f"experiments/{name}.html"
+    for rel in pages.experiments:
+        nb = json.loads(sources[rel].read_text())
+        preset, blocks = experiment_results(root, nb, rel.stem, page_name(rel), presets, owners)
+        if blocks:
+            note = f"Committed outputs, from `figures/{preset}/` (preset `{preset}`)."
+            out[rel] = _write_if_changed(work / rel, json.dumps(with_results(nb, blocks, note), indent=1))
+    extra = {rel: claims_markdown(root, presets, papers, page_name(Path(rel)), exp_page)
+             for rel, papers in CLAIM_PAGES.items() if presets}
+    try:
+        extra[PLAN_PAGE] = plan_markdown()
+    except Exception as e:  # the page still shows its code; the log says why its tables are missing
+        log(f"WARNING: the planner's tables were left out: {type(e).__name__}: {e}")
+    for name, markdown in extra.items():
+        rel = Path(name)
+        if rel not in sources:
+            continue
+        nb = json.loads(sources[rel].read_text())
+        nb["cells"] = nb["cells"][:1] + [v4.new_markdown_cell(markdown)] + nb["cells"][1:] if name != PLAN_PAGE else nb["cells"] + [v4.new_markdown_cell(markdown)]
+        out[rel] = _write_if_changed(work / rel, json.dumps(nb, indent=1))
+    return out
 
 # %% ../nbs/12_docs.ipynb #c0e57de8
 @dataclass
@@ -458,11 +575,16 @@ def install_requirements(requirements=DOCS_REQUIREMENTS) -> list[str]:
 
 
 def write_site_source(root: Path, pages: SitePages, log=print, preset: str = "tiny") -> tuple[Path, list[str], dict[Path, str]]:
-    "Write `_proc/_site/`: MyST-NB notebooks, `conf.py`, CSS, figures. Returns (folder, site paths, failures)."
+    """Write `_proc/_site/`: MyST-NB notebooks, the Results and report pages, `conf.py`, CSS, and under `_extra/` the
+    committed figures and CSVs the pages link to. Returns (folder, site paths, failures)."""
     settings = read_settings(root)
     doc_url = settings.get("doc_host", "").rstrip("/") + settings.get("doc_baseurl", "")
     nbs_path, proc, src = root / "nbs", root / "_proc", root / "_proc" / "_site"
-    sources = {nb: page_source(root, nb, preset) for nb in pages.all()}
+    executed = {nb: page_source(root, nb, preset) for nb in pages.all()}
+    presets = shown_presets(root)
+    outputs = [o for p in presets for o in preset_outputs(root, p)]
+    owners = experiment_owners(nbs_path, sorted({o.stem for o in outputs}))
+    sources = built_sources(root, pages, executed, presets, owners, log=log)
     failures = process_notebooks(root, pages.all(), log=log, sources=sources)
     ok = [nb for nb in pages.all() if nb not in failures and (proc / nb).exists()]
     names = {nb.as_posix(): page_name(nb) for nb in ok}
@@ -471,32 +593,42 @@ def write_site_source(root: Path, pages: SitePages, log=print, preset: str = "ti
     (src / "_static").mkdir(parents=True)
     (src / "conf.py").write_text(sphinx_conf(settings, mathjax_static()))
     (src / "_static" / "depthnb.css").write_text(SITE_CSS)
-    figs, tables = reproduced(root)
-    for f in figs:
-        (src / f.path).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(root / f.path, src / f.path)
-    converted = {}
+    for o in outputs:  # served as they are (html_extra_path): thumbnails link to the full-size image, tables to the CSV
+        (src / "_extra" / o.path).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(root / o.path, src / "_extra" / o.path)
+    experiment_page = lambda name: f"experiments/{name}.html"
+    results = ["results"] + [f"report-{p}" for p in presets]
+    (src / "results.md").write_text(results_markdown(root, presets, owners, experiment_page))
+    for p in presets:
+        (src / f"report-{p}.md").write_text(report_markdown(root, p, owners, experiment_page, f"report-{p}.html"))
+    converted, missing_docs = {}, {}
     for nb in ok:
         proc_nb = json.loads((proc / nb).read_text())
         page = names[nb.as_posix()]
-        converted[page] = out = myst_notebook(proc_nb, json.loads((nbs_path / nb).read_text()), page, doc_url, names)
-        if sources[nb] != nbs_path / nb:
+        converted[page] = out = myst_notebook(proc_nb, json.loads((nbs_path / nb).read_text()), page, doc_url, names, root)
+        missing_docs[page] = undocumented([_text(o.get("data", {}).get("text/markdown")) for c in proc_nb["cells"]
+                                           for o in c.get("outputs", [])])
+        if executed[nb] != nbs_path / nb:
             out.cells.insert(1, nbformat.v4.new_markdown_cell(
-                f"*Outputs from `{sources[nb].relative_to(root).as_posix()}`, executed by `depthnb reproduce --preset {preset}`.*"))
+                f"*Outputs from `{executed[nb].relative_to(root).as_posix()}`, executed by `depthnb reproduce --preset {preset}`.*"))
         if nb == pages.home:
             insert_after_heading(out, "## The notebooks", notebooks_table(nbs_path, SitePages(
                 pages.home, [c for c in pages.components if c in ok], [e for e in pages.experiments if e in ok]),
                 lambda rel: names[rel.as_posix()]))
-            insert_after_heading(out, "## Gallery", gallery_myst(root, figs, tables))
+            insert_after_heading(out, "## Gallery", gallery_html(root, presets, owners, experiment_page))
             strip = lambda nbs: [names[n.as_posix()][:-len(".html")] for n in nbs if n in ok]
             out.cells.append(nbformat.v4.new_markdown_cell(
-                toctree("Components", strip(pages.components)) + "\n\n" + toctree("Experiments", strip(pages.experiments))))
+                toctree("Results", results) + "\n\n" + toctree("Components", strip(pages.components)) + "\n\n"
+                + toctree("Experiments", strip(pages.experiments))))
+    if n := sum(map(len, missing_docs.values())):
+        log(f"{n} documented functions have no docstring (shown without one): "
+            + "; ".join(f"{page}: {', '.join(names_)}" for page, names_ in missing_docs.items() if names_))
     fallback_anchors(converted)
     for page, out in converted.items():
         target = src / Path(page).with_suffix(".ipynb")
         target.parent.mkdir(parents=True, exist_ok=True)
         nbformat.write(out, target)
-    return src, [names[nb.as_posix()] for nb in ok], failures
+    return src, [names[nb.as_posix()] for nb in ok] + [f"{r}.html" for r in results], failures
 
 
 def build_docs(root: str | Path | None = None, out: str | Path | None = None, log=print, preset: str = "tiny") -> DocsBuild:
@@ -589,7 +721,6 @@ def readme_markdown(root: Path) -> str:
     nbs_path = root / "nbs"
     nb = json.loads((nbs_path / "index.ipynb").read_text())
     pages = site_pages(nbs_path)
-    figs, tables = reproduced(root)
     out = ["<!-- Generated from nbs/index.ipynb by `make readme`: edit the notebook, not this file. -->\n"]
     for cell in nb["cells"]:
         source = _text(cell["source"])
@@ -601,7 +732,7 @@ def readme_markdown(root: Path) -> str:
             if body.lstrip().startswith("## The notebooks"):
                 out.append(notebooks_table(nbs_path, pages, lambda rel: f"nbs/{rel.as_posix()}"))
             if body.lstrip().startswith("## Gallery"):
-                out.append(gallery_markdown(figs, tables))
+                out.append(gallery_markdown(root))
             continue
         if cell["cell_type"] != "code":
             continue
