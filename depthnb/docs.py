@@ -31,7 +31,7 @@ from .reproduce import EXPERIMENTS
 from .site_results import (escape_pseudo_tags, experiment_owners, experiment_results, gallery_html,
                                   paper_order, preset_outputs, relative_url, report_markdown, report_sections,
                                   results_markdown, short_caption, shown_presets, verdict_table, with_results)
-from .sitecheck import BROWSER_REQUIREMENTS, CHECKED_PAGES, check_site
+from .sitecheck import BROWSER_REQUIREMENTS, CHECKED_PAGES, MATH_PAGES, check_site
 
 # %% auto #0
 __all__ = ['DOCS_REQUIREMENTS', 'NO_DOCSTRING', 'SITE_CSS', 'CLAIM_PAGES', 'PLAN_PAGE', 'PLAN_PRESETS', 'find_root',
@@ -790,9 +790,9 @@ def main(argv: list[str] | None = None) -> int:
         for c in result.pages:
             print(f"{c.page}: HTTP {c.status}, {c.images} images ({len(c.images_broken)} broken), "
                   f"{c.math_typeset}/{c.math} math typeset, screenshot {c.screenshot}")
-        print(f"crawled {len(result.crawled)} pages, {len(result.broken_links)} broken links, "
+        print(f"opened {len(result.pages)} pages in Chromium, crawled {len(result.crawled)}, {len(result.broken_links)} broken links, "
               f"search 'solver': {result.search_results} results, {result.seconds:.0f} s")
-        problems = result.problems(need_math=CHECKED_PAGES, need_images=("index.html",))
+        problems = result.problems(need_math=MATH_PAGES, need_images=("index.html", "experiments/petty_pretrain.html"))
         for p in problems:
             print("PROBLEM:", p, file=sys.stderr)
         return 1 if problems else 0

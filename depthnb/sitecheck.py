@@ -6,25 +6,34 @@
 from __future__ import annotations
 
 import functools
+import re
 import threading
 import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import urljoin, urlsplit
 
 # %% auto #0
-__all__ = ['BROWSER_REQUIREMENTS', 'CHROMIUM_FLAGS', 'CHECKED_PAGES', 'crawl_links', 'PageCheck', 'SiteCheck', 'serve_site',
-           'fetch_page', 'check_site']
+__all__ = ['BROWSER_REQUIREMENTS', 'CHROMIUM_FLAGS', 'MATH_PAGES', 'CHECKED_PAGES', 'FORBIDDEN_TEXT', 'crawl_links',
+           'forbidden_text', 'PageCheck', 'SiteCheck', 'serve_site', 'fetch_page', 'check_site']
 
 # %% ../nbs/12a_sitecheck.ipynb #bf774441
 BROWSER_REQUIREMENTS = ("playwright>=1.40", "jupyterlab>=4")  # the docs site and JupyterLab, checked in Chromium
 CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync")
-CHECKED_PAGES = ("index.html", "solver.html", "model.html")  # each must hold math; the home page, images
+MATH_PAGES = ("index.html", "solver.html", "model.html")  # each must hold typeset math
+CHECKED_PAGES = MATH_PAGES + ("results.html", "experiments/petty_pretrain.html")  # screenshots: these, full and first screen
+# Text a reader must never see: an absolute path of the machine that built a page, development history, show_doc's
+# placeholder for a missing docstring.
+FORBIDDEN_TEXT = {
+    "absolute path": r"(?<![\w.])(?:/(?:home|root|work|tmp|mnt|Users|private/var)/[\w.-]+|[A-Z]:\\Users\\[^\\\s]+)",
+    "issue number": r"\b[Ii]ssues? #?\d+\b",
+    "no docstring": r"Call self as a function\.",
+}
 
 # %% ../nbs/12a_sitecheck.ipynb #32890240
 class _LinkParser(HTMLParser):
@@ -93,6 +102,14 @@ def crawl_links(base_url: str, fetch, start: str = "index.html", limit: int = 20
     return sorted(seen_pages), sorted(set(broken))
 
 # %% ../nbs/12a_sitecheck.ipynb #1f4639b5
+def forbidden_text(text: str) -> list[str]:
+    "What of `FORBIDDEN_TEXT` a page's rendered text holds, as `kind: match` lines (each match once)."
+    hits = []
+    for kind, pattern in FORBIDDEN_TEXT.items():
+        hits += [f"{kind}: {m}" for m in dict.fromkeys(re.findall(pattern, text))]
+    return hits
+
+
 @dataclass
 class PageCheck:
     "What the browser saw on one page."
@@ -106,6 +123,9 @@ class PageCheck:
     math_errors: int
     screenshot: Path | None
     failed_requests: list[str]
+    overflow_px: int = 0  # how much wider than the window the page is
+    small_images: list[str] = field(default_factory=list)  # shown under a third of their width, with no link to them
+    forbidden: list[str] = field(default_factory=list)  # FORBIDDEN_TEXT found in the rendered text
 
     def problems(self, need_math: bool = False, need_images: bool = False) -> list[str]:
         out = []
@@ -122,6 +142,11 @@ class PageCheck:
             out.append(f"{self.page}: no math")
         if self.failed_requests:
             out.append(f"{self.page}: failed requests: {self.failed_requests}")
+        if self.overflow_px > 1:
+            out.append(f"{self.page}: {self.overflow_px} px wider than the window")
+        if self.small_images:
+            out.append(f"{self.page}: images shown under a third of their width without a link: {self.small_images}")
+        out += [f"{self.page}: {hit}" for hit in self.forbidden]
         return out
 
 
@@ -176,13 +201,19 @@ _PAGE_PROBE = """async () => {
     math: math.length,
     typeset: math.filter(m => m.querySelector('mjx-container') || m.tagName.toLowerCase() === 'mjx-container').length,
     errors: document.querySelectorAll('mjx-merror').length,
+    overflow: document.documentElement.scrollWidth - window.innerWidth,
+    small: imgs.filter(i => i.naturalWidth > 0 && i.clientWidth > 0 && i.clientWidth * 3 < i.naturalWidth && !i.closest('a[href]'))
+               .map(i => `${i.getAttribute('src')} (${i.clientWidth} of ${i.naturalWidth} px)`),
+    text: (document.querySelector('main') || document.body).innerText,
   };
 }"""
 
 
-def check_site(site: str | Path, pages=("index.html", "solver.html", "model.html"),
-               screenshots: str | Path | None = None, chromium: str = "/usr/bin/chromium") -> SiteCheck:
-    "Open `pages` of the built `site` in headless Chromium, crawl its links, search it; screenshots to `screenshots`."
+
+def check_site(site: str | Path, pages=CHECKED_PAGES, screenshots: str | Path | None = None,
+               chromium: str = "/usr/bin/chromium", every_page: bool = True) -> SiteCheck:
+    """Crawl the built `site`'s links, open `pages` (and with `every_page` every page the crawl found) in headless
+    Chromium, search it; screenshots of `pages` to `screenshots`."""
     from playwright.sync_api import sync_playwright
 
     t0, site = time.time(), Path(site)
@@ -194,10 +225,14 @@ def check_site(site: str | Path, pages=("index.html", "solver.html", "model.html
     server, base = serve_site(site)
     results = []
     try:
+        crawled, broken = crawl_links(base, fetch_page)
+        rel = lambda u: u[len(base):] if u.startswith(base) else u
+        found = [rel(u) for u in crawled if rel(u).endswith(".html") and rel(u) != "search.html"]
+        shown = list(pages) + [p for p in found if p not in pages] if every_page else list(pages)
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=chromium, args=list(CHROMIUM_FLAGS[1:]), headless=True)
             ctx = browser.new_context(viewport={"width": 1280, "height": 900})
-            for name in pages:
+            for name in shown:
                 page, failed = ctx.new_page(), []
                 page.on("requestfailed", lambda r, failed=failed: failed.append(f"{r.url} ({r.failure})"))
                 page.on("request", lambda r, failed=failed: failed.append(f"left localhost: {r.url}")
@@ -205,12 +240,13 @@ def check_site(site: str | Path, pages=("index.html", "solver.html", "model.html
                 resp = page.goto(base + name, wait_until="load")
                 info = page.evaluate(_PAGE_PROBE)
                 shot = None
-                if shots:  # the first screen as a reader sees it, and the whole page
+                if shots and name in pages:  # the first screen as a reader sees it, and the whole page
                     shot = shots / (name.replace("/", "_").removesuffix(".html") + ".png")
                     page.screenshot(path=str(shot))
                     page.screenshot(path=str(shot.with_name(shot.stem + "-full.png")), full_page=True)
                 results.append(PageCheck(name, resp.status if resp else 0, info["title"], info["images"], info["broken"],
-                                         info["math"], info["typeset"], info["errors"], shot, failed))
+                                         info["math"], info["typeset"], info["errors"], shot, failed,
+                                         info["overflow"], info["small"], forbidden_text(info["text"])))
                 page.close()
             search = ctx.new_page()
             search.goto(base + "search.html?q=solver", wait_until="load")
@@ -222,9 +258,7 @@ def check_site(site: str | Path, pages=("index.html", "solver.html", "model.html
             if shots:
                 search.screenshot(path=str(shots / "search.png"), full_page=False)
             browser.close()
-        crawled, broken = crawl_links(base, fetch_page)
     finally:
         server.shutdown()
         server.server_close()
-    rel = lambda u: u[len(base):] if u.startswith(base) else u
     return SiteCheck(results, [rel(u) for u in crawled], [b.replace(base, "") for b in broken], n_results, time.time() - t0)

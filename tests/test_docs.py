@@ -1,4 +1,4 @@
-"""The docs site in a real browser: build it, serve it on localhost, open it in headless Chromium.
+"""The docs site in a real browser: build it, serve it on localhost, open every page in headless Chromium.
 
 Needs the docs requirements (`make docs` installs them), Playwright (`python -m depthnb.docs deps
 --browser`) and Debian's Chromium at /usr/bin/chromium. Without them the tests skip, unless
@@ -10,18 +10,19 @@ import sys
 import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _browser import CHROMIUM, require  # noqa: E402
 
-from depthnb import docs, sitecheck  # noqa: E402
+from depthnb import docs, site_results, sitecheck  # noqa: E402
 
 pytestmark = pytest.mark.browser
 
 ROOT = Path(__file__).resolve().parent.parent
 SCREENSHOTS = ROOT / "runs" / "docs-screenshots"
-
+HOME_MAX_PX = 10_000
 
 
 @pytest.fixture(scope="module")
@@ -36,36 +37,89 @@ def site(tmp_path_factory):
 
 
 def _expected_images(site_source: Path, page: str) -> int:
-    "Images a page must show: the image outputs stored in its notebook and its MyST figures."
+    "Images a page must show: the image outputs stored in its notebook and the <img> tags of its Markdown."
     nb = json.loads((site_source / Path(page).with_suffix(".ipynb")).read_text())
     outputs = sum(any(k.startswith("image/") for k in o.get("data", {})) for c in nb["cells"] for o in c.get("outputs", []))
-    figures = sum("".join(c["source"]).count(":::{figure}") for c in nb["cells"] if c["cell_type"] == "markdown")
-    return outputs + figures
+    tags = sum("".join(c["source"]).count("<img ") for c in nb["cells"] if c["cell_type"] == "markdown")
+    return outputs + tags
 
 
 def test_every_notebook_becomes_a_page(site):
     assert site.failures == {}, f"notebooks nbdev could not process: {site.failures}"
     assert site.warnings == [], "Sphinx warnings:\n" + "\n".join(site.warnings)
     pages = docs.site_pages(ROOT / "nbs")
-    assert sorted(site.pages) == sorted(docs.page_name(p) for p in pages.all())
+    presets = site_results.shown_presets(ROOT)
+    results = ["results.html"] + [f"report-{p}.html" for p in presets]
+    assert sorted(site.pages) == sorted([docs.page_name(p) for p in pages.all()] + results)
     for page in site.pages:
         assert (site.site / page).is_file(), page
-    # the API reference: show_doc entries are headings with nbdev's anchors
+    # the API reference: show_doc entries are headings with nbdev's anchors, readable signatures
     solver = (site.site / "solver.html").read_text()
     assert 'id="solve_d_ff"' in solver and "depthnb.github.io" not in solver
+    assert "builtin_function_or_method" not in (site.site / "docs.html").read_text()
+    # the Results page comes first in the navigation, after the home page
+    home = (site.site / "index.html").read_text()
+    nav = home[home.index('class="bd-links'):]
+    assert nav.index("results.html") < nav.index("config.html") < nav.index("experiments/petty_shapes.html")
+
+
+def test_results_page_and_experiment_pages(site):
+    presets = site_results.shown_presets(ROOT)
+    if not presets:
+        pytest.skip("no committed figures/<preset>/REPORT.md")
+    results = (site.site / "results.html").read_text()
+    for preset in presets:
+        fid = pd.read_csv(ROOT / "figures" / preset / "fidelity.csv")
+        assert f"preset-{preset}" in results
+        for claim in fid.claim:  # every claim has its row
+            assert claim.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("'", "&#x27;") in results, claim
+    assert results.count('class="depthnb-verdict ') == sum(len(pd.read_csv(ROOT / "figures" / p / "fidelity.csv")) for p in presets)
+    # an experiment page shows the figure its code makes, linked to the full-size image, and its tables with their CSV
+    pretrain = (site.site / "experiments" / "petty_pretrain.html").read_text()
+    fig = f"../figures/{presets[0]}/petty_fig2_perplexity.png"
+    assert f'<a href="{fig}">' in pretrain and (site.site / fig[3:]).is_file()
+    assert f"../figures/{presets[0]}/pretrain_final_ppl.csv" in pretrain
+    # the claims pages show their verdicts; the planner its plans
+    assert "depthnb-verdict" in (site.site / "claims_petty.html").read_text()
+    assert "GPU-hours" in (site.site / "plan.html").read_text() and "depthnb-table" in (site.site / "plan.html").read_text()
+    # the report as a page: its tables link to the pages that make them, no `<part>` lost as a tag
+    report = (site.site / f"report-{presets[0]}.html").read_text()
+    assert "experiments/petty_shapes.html#petty_table2" in report and "figures//" not in report
 
 
 def test_pages_render_in_chromium(site):
     result = sitecheck.check_site(site.site, sitecheck.CHECKED_PAGES, SCREENSHOTS, chromium=CHROMIUM)
-    print(f"browser check: {result.seconds:.0f} s, {len(result.crawled)} pages crawled")
-    assert result.problems(need_math=sitecheck.CHECKED_PAGES) == []
+    print(f"browser check: {result.seconds:.0f} s, {len(result.pages)} pages opened, {len(result.crawled)} crawled")
+    assert result.problems(need_math=sitecheck.MATH_PAGES, need_images=("index.html",)) == []
     source = ROOT / "_proc" / "_site"
-    for check in result.pages:
+    checked = {c.page: c for c in result.pages}
+    for name in sitecheck.CHECKED_PAGES:
+        check = checked[name]
         assert check.status == 200 and "depthnb" in check.title, check
         assert check.images >= _expected_images(source, check.page), check
         assert check.screenshot.stat().st_size > 10_000, check.screenshot
-    figures, _ = docs.reproduced(ROOT)
-    home = next(c for c in result.pages if c.page == "index.html")
-    assert home.images >= len(figures) > 0, "the home page's gallery shows every figure under figures/"
-    assert set(docs.page_name(p) for p in docs.site_pages(ROOT / "nbs").all()) <= set(result.crawled)
+    assert set(site.pages) <= set(checked), "every page is opened in the browser"
+    figures = [o for p in site_results.shown_presets(ROOT) for o in site_results.preset_outputs(ROOT, p) if o.kind == "figure"]
+    assert checked["index.html"].images >= len(figures), "the home page's gallery shows every shown preset's figures"
+    assert checked["experiments/petty_pretrain.html"].images > 0
     assert result.search_results > 0
+
+
+def test_home_page_height(site):
+    "The home page stays a page to read, not a gallery 50,000 px tall."
+    require(Path(CHROMIUM).exists(), f"{CHROMIUM} missing: apt-get install chromium")
+    from playwright.sync_api import sync_playwright
+
+    server, base = sitecheck.serve_site(site.site)
+    try:
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, args=list(sitecheck.CHROMIUM_FLAGS[1:]), headless=True)
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            page.goto(base + "index.html", wait_until="load")
+            height = page.evaluate("document.documentElement.scrollHeight")
+            browser.close()
+    finally:
+        server.shutdown()
+        server.server_close()
+    print(f"home page: {height} px tall")
+    assert height < HOME_MAX_PX, f"the home page is {height} px tall"
