@@ -39,8 +39,8 @@ __all__ = ['DOCS_REQUIREMENTS', 'NO_DOCSTRING', 'SITE_CSS', 'CLAIM_PAGES', 'PLAN
            'front_matter', 'title_and_summary', 'fix_links', 'short_default', 'short_signature', 'show_doc_markdown',
            'undocumented', 'myst_notebook', 'fallback_anchors', 'gallery_markdown', 'page_name', 'notebooks_table',
            'mathjax_static', 'sphinx_conf', 'toctree', 'insert_after_heading', 'claims_markdown', 'plan_markdown',
-           'built_sources', 'DocsBuild', 'missing_requirements', 'install_requirements', 'write_site_source',
-           'build_docs', 'html_table_markdown', 'readme_markdown', 'write_readme', 'main']
+           'built_sources', 'add_offline_search', 'DocsBuild', 'missing_requirements', 'install_requirements',
+           'write_site_source', 'build_docs', 'html_table_markdown', 'readme_markdown', 'write_readme', 'main']
 
 # %% ../nbs/12_docs.ipynb #c2f34bde
 DOCS_REQUIREMENTS = ("sphinx>=8", "myst-nb>=1.2", "sphinx-book-theme>=1.1", "sphinx-mathjax-offline>=0.0.2")
@@ -544,6 +544,43 @@ def built_sources(root: Path, pages: SitePages, sources: dict[Path, Path], prese
         out[rel] = _write_if_changed(work / rel, json.dumps(nb, indent=1))
     return out
 
+# %% ../nbs/12_docs.ipynb #6d7e8f9a
+_OFFLINE_SEARCH = """// Opened from disk (file://), a browser refuses the search page's fetch of each result's page, so results
+// would show no excerpt: the pages' text is served from depthnb-page-text.js instead.
+if (location.protocol === "file:" && window.DEPTHNB_PAGE_TEXT) {
+  const plainFetch = window.fetch.bind(window);
+  window.fetch = (url, ...rest) => {
+    const path = decodeURI(new URL(url, location.href).pathname);
+    const hits = Object.keys(DEPTHNB_PAGE_TEXT).filter((p) => path === p || path.endsWith("/" + p));
+    if (!hits.length) return plainFetch(url, ...rest);
+    const page = hits.sort((a, b) => b.length - a.length)[0];
+    return Promise.resolve(new Response(DEPTHNB_PAGE_TEXT[page], {headers: {"Content-Type": "text/html"}}));
+  };
+}
+"""
+
+
+def _main_text(page_html: str) -> str:
+    "The text of a built page's `<main>` (what the search page's excerpts are cut from)."
+    m = re.search(r"<main\b[^>]*>(.*)</main>", page_html, flags=re.S)
+    body = re.sub(r"<(script|style)\b.*?</\1>", " ", m.group(1) if m else page_html, flags=re.S)
+    return " ".join(html.unescape(re.sub(r"<[^>]+>", " ", body)).split())
+
+
+def add_offline_search(site: Path) -> int:
+    "Let the built `site`'s search page show excerpts when opened from disk; returns how many pages' text it carries."
+    site = Path(site)
+    texts = {p.relative_to(site).as_posix(): f'<div role="main">{html.escape(_main_text(p.read_text()))}</div>'
+             for p in sorted(site.rglob("*.html")) if p.name not in ("search.html", "genindex.html")}
+    (site / "_static" / "depthnb-page-text.js").write_text("window.DEPTHNB_PAGE_TEXT = " + json.dumps(texts) + ";\n")
+    (site / "_static" / "depthnb-search-offline.js").write_text(_OFFLINE_SEARCH)
+    search = site / "search.html"
+    if search.exists():
+        tags = ('<script src="_static/depthnb-page-text.js"></script>\n'
+                '<script src="_static/depthnb-search-offline.js"></script>\n')
+        search.write_text(search.read_text().replace("</head>", tags + "</head>", 1))
+    return len(texts)
+
 # %% ../nbs/12_docs.ipynb #c0e57de8
 @dataclass
 class DocsBuild:
@@ -659,6 +696,7 @@ def build_docs(root: str | Path | None = None, out: str | Path | None = None, lo
     out.parent.mkdir(parents=True, exist_ok=True)
     shutil.move(str(work / "html"), str(out))
     (out / ".nojekyll").touch()
+    add_offline_search(out)
     build = DocsBuild(out, site_pages_, failures, warnings, time.time() - t0)
     log(f"docs: {len(site_pages_)} pages in {out} ({build.seconds:.0f} s, {len(warnings)} Sphinx warnings, "
         f"{len(failures)} notebook(s) left out)")

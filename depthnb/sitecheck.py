@@ -158,12 +158,15 @@ class SiteCheck:
     broken_links: list[str]
     search_results: int
     seconds: float
+    offline_excerpts: int | None = None  # excerpts the search page shows opened from disk (None: not tried)
 
     def problems(self, need_math=(), need_images=()) -> list[str]:
         out = [p for c in self.pages for p in c.problems(c.page in need_math, c.page in need_images)]
         out += [f"broken link: {b}" for b in self.broken_links]
         if self.search_results < 1:
             out.append("search returned no results")
+        if self.offline_excerpts is not None and self.offline_excerpts < 1:
+            out.append("search opened from disk (file://) shows no excerpts")
         return out
 
 # %% ../nbs/12a_sitecheck.ipynb #f39c058c
@@ -257,8 +260,17 @@ def check_site(site: str | Path, pages=CHECKED_PAGES, screenshots: str | Path | 
             n_results = search.locator("#search-results ul li, ul.search li").count()
             if shots:
                 search.screenshot(path=str(shots / "search.png"), full_page=False)
+            offline = ctx.new_page()  # the site opened from disk: results must still show excerpts
+            offline.goto(site.resolve().as_uri() + "/search.html?q=solver", wait_until="load")
+            excerpt = "#search-results ul li p.context, ul.search li p.context"
+            try:
+                offline.wait_for_selector(excerpt, timeout=15_000)
+            except Exception:
+                pass
+            n_excerpts = offline.locator(excerpt).count()
             browser.close()
     finally:
         server.shutdown()
         server.server_close()
-    return SiteCheck(results, [rel(u) for u in crawled], [b.replace(base, "") for b in broken], n_results, time.time() - t0)
+    return SiteCheck(results, [rel(u) for u in crawled], [b.replace(base, "") for b in broken], n_results, time.time() - t0,
+                     n_excerpts)
