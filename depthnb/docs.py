@@ -207,7 +207,7 @@ def fix_links(text: str, page: str, doc_url: str, notebook_pages: dict[str, str]
     return re.sub(r"(\]\(|href=\")(?:\.\./)*(?:nbs/)?((?:experiments/)?[\w.-]+\.ipynb)(#[^)\"\s]*)?", notebook_link, text)
 
 # %% ../nbs/12_docs.ipynb #30944f2b
-NO_DOCSTRING = "Call self as a function."  # what show_doc writes for a function without a docstring
+NO_DOCSTRING = type.__call__.__doc__  # what show_doc writes for a function without a docstring
 
 
 def _split_top(text: str, sep: str = ",") -> list[str]:
