@@ -190,7 +190,8 @@ def project(module: nn.Module, names: tuple[str, ...], x: torch.Tensor) -> list[
     if torch.compiler.is_compiling():
         weights = [getattr(module, n).weight for n in names]
         return F.linear(x, torch.cat(weights)).split([w.shape[0] for w in weights], dim=-1)
-    if torch.is_grad_enabled():
+    if torch.is_grad_enabled() or getattr(module, "_is_fsdp_managed_module", False):
+        # FSDP2 rewrites its modules' weights in place at every all-gather without a version bump: no stacked copy
         return [getattr(module, n)(x) for n in names]
     # straight from the dicts: nn.Module's attribute fallback costs more than a decoding step's matrix product
     weights = [module._modules[n]._parameters["weight"] for n in names]

@@ -98,6 +98,32 @@ def test_mixture_corpus_on_local_stand_ins():
         prepare_pretraining(replace(cfg, max_train_docs=None), n_ctx=64, progress=False, log=None)
 
 
+def test_sharded_evaluation_uses_the_weights_fsdp_gathers_now():
+    """FSDP2 all-gathers a module's weights back into the same tensors at every forward and hides that write from the
+    version counter; a no-grad forward must use what it gathered now, never a stacked copy of an earlier evaluation's
+    weights (a 2-process saunshi_tiny MIDAS run logged a final enwiki_valid loss 1.6e-4 away from its own weights)."""
+    import torch
+    import torch.nn.functional as F
+    from depthnb.config import ModelConfig
+    from depthnb.model import DecoderLM, project
+    from depthnb.parallel import init_parallel, shard_model
+
+    init_parallel("cpu", "fsdp")  # a 1-rank group
+    cfg = ModelConfig(d_model=32, d_attn=32, n_heads=2, d_ff=64, n_layers=2, n_vocab=97, n_ctx=16)
+    layer = shard_model(DecoderLM(cfg), torch.device("cpu"), bf16=False).eval().layers[0]
+    layer.unshard()  # the full weights, as in the layer's forward
+    x = torch.randn(3, 32, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        for module, names in ((layer.attn, ("q", "k", "v")), (layer.ffn, ("wi_0", "wi_1"))):
+            project(module, names, x)  # an evaluation
+            weight = getattr(module, names[0]).weight
+            # how FSDP2's all-gather writes the next evaluation's weights (torch.distributed.fsdp _fsdp_collectives)
+            with torch.autograd._unsafe_preserve_version_counter(weight):
+                weight.mul_(2)
+            torch.testing.assert_close(project(module, names, x)[0], F.linear(x, weight), rtol=0, atol=1e-6)
+    layer.reshard()
+
+
 @pytest.mark.slow  # about 30 s: two training runs on 2 processes, the first building the mixture and its tokenizer
 def test_saunshi_tiny_study_through_torchrun(tmp_path):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m", "depthnb.cli",
@@ -120,3 +146,15 @@ def test_saunshi_tiny_study_through_torchrun(tmp_path):
     assert record["config"]["data"]["stand_ins"] == STAND_INS
     assert len(record["stages"]) == 4
     assert any((study / "midas_L4_b1_prop2_s0" / "stage4_L4" / "checkpoints").glob("step_*.dcp"))  # sharded
+    # the last evaluation, sharded over 2 processes, is the loss of the final weights evaluated whole
+    import torch
+    from depthnb.runs import load_model, read_metrics
+    from depthnb.train import lm_loss
+    config = stack_pretrain_config(override(PRESETS["saunshi_tiny"], runs_dir=str(tmp_path)))
+    data = prepare_pretraining(config.data, config.model.n_ctx, progress=False, log=None)
+    for run in ("baseline_L4_s0", "midas_L4_b1_prop2_s0"):
+        logged = read_metrics(study / run).query("kind == 'eval' and step == 40").set_index("split").loss
+        model = load_model(study / run, torch.device("cpu"))
+        for split, blocks in data.eval.items():
+            assert logged[split] == pytest.approx(lm_loss(model, blocks, config.eval_sequences, 4, torch.device("cpu")),
+                                                  abs=1e-6), (run, split)
