@@ -122,11 +122,14 @@ def process_notebooks(root: Path, notebooks: list[Path], force: bool = False, n_
     if not todo:
         return {}
     log(f"processing {len(todo)} notebook(s) with nbdev: {', '.join(map(str, todo))}")
-    with ThreadPoolExecutor(max_workers=max(1, n_workers)) as ex:
-        errors = dict(zip(todo, ex.map(lambda nb: _proc_in_subprocess(root, source(nb), proc / nb), todo)))
-    for nb, err in errors.items():
+    def one(nb):  # each processed copy is marked as soon as it is made: an interrupted build keeps what it did
+        err = _proc_in_subprocess(root, source(nb), proc / nb)
         if err is None:
             made_from(nb).write_text(str(source(nb)))
+        return err
+
+    with ThreadPoolExecutor(max_workers=max(1, n_workers)) as ex:
+        errors = dict(zip(todo, ex.map(one, todo)))
     return {nb: err for nb, err in errors.items() if err is not None}
 
 # %% ../nbs/12_docs.ipynb #83efa0b0
