@@ -18,6 +18,7 @@ import time
 import warnings
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import torch
 
@@ -192,8 +193,10 @@ def load_verified(path: Path | str, require_checksum: bool = True, map_location=
 
 # %% ../nbs/02a_runs.ipynb #c6c5b8b9
 def rng_state() -> dict:
-    "The states of Python's and torch's random generators."
-    state = {"python": random.getstate(), "torch": torch.get_rng_state()}
+    "The states of Python's, NumPy's (global) and torch's random generators."
+    kind, keys, pos, has_gauss, gauss = np.random.get_state()  # NumPy's key as a list: checkpoints load weights-only
+    state = {"python": random.getstate(), "numpy": (kind, keys.tolist(), pos, has_gauss, gauss),
+             "torch": torch.get_rng_state()}
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
@@ -202,6 +205,9 @@ def rng_state() -> dict:
 def set_rng_state(state: dict) -> None:
     "Restore generator states saved by `rng_state`."
     random.setstate(state["python"])
+    if "numpy" in state:  # absent from checkpoints written before NumPy's generator was saved
+        kind, keys, pos, has_gauss, gauss = state["numpy"]
+        np.random.set_state((kind, np.array(keys, dtype=np.uint32), pos, has_gauss, gauss))
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])

@@ -203,3 +203,53 @@ def test_activation_checkpointing_trains_the_same_model(reference, data, tmp_pat
     pretrain(small_config(activation_checkpointing=True), run, data=data, progress=False)
     assert read_metrics(run, "train").loss.tolist() == read_metrics(reference, "train").loss.tolist()
     assert_same_weights(load_model(run), load_model(reference))
+
+
+def numpy_draws(n: int = 4) -> list[float]:
+    "The next `n` numbers of NumPy's global generator (uniform, then normal: both parts of its state)."
+    import numpy as np
+
+    return np.random.random(n).tolist() + np.random.standard_normal(n).tolist()
+
+
+def test_rng_state_restores_numpy_through_a_checkpoint(tmp_path):
+    "NumPy's global generator is saved with the others, survives a weights-only checkpoint load, and is restored."
+    import numpy as np
+
+    from depthnb.runs import load_verified, rng_state, save_verified, set_rng_state
+
+    np.random.seed(3)
+    np.random.standard_normal()  # leaves a cached Gaussian in the state
+    state = load_verified(save_verified({"rng": rng_state()}, tmp_path / "rng.pt"))["rng"]
+    expected = numpy_draws()
+    np.random.seed(4)  # elsewhere, as a rerun's process would be
+    set_rng_state(state)
+    assert numpy_draws() == expected
+
+
+def numpy_noisy_model(config, p: float = 0.1) -> DecoderLM:
+    "`noisy_model` with the dropout rate drawn from NumPy's global generator (seeded here) instead of Python's."
+    import numpy as np
+
+    torch.manual_seed(config.seed)
+    np.random.seed(config.seed)
+    model = DecoderLM(config.model)
+
+    def dropout(module, args, out):
+        return torch.nn.functional.dropout(out, p * (0.5 + np.random.random()), training=True) if module.training else out
+    model.embed.register_forward_hook(dropout)
+    return model
+
+
+def test_resume_restores_numpys_generator(data, tmp_path):
+    "A run drawing from NumPy's global generator at every step resumes exactly from the step-20 checkpoint."
+    torch.set_num_threads(1)
+    cfg = small_config()
+    quiet = dict(progress=False, log=lambda *a: None)
+    pretrain(cfg, tmp_path / "whole", init_model=numpy_noisy_model(cfg), data=data, **quiet)
+    run = tmp_path / "resumed"
+    with pytest.raises(Crash):
+        pretrain(cfg, run, init_model=numpy_noisy_model(cfg), data=DataHook(data, crash_at=25), **quiet)
+    pretrain(cfg, run, init_model=numpy_noisy_model(cfg), data=data, **quiet)  # NumPy reseeded: only the checkpoint knows
+    assert_same_weights(load_model(run), load_model(tmp_path / "whole"))
+    assert_resumed_like(run, tmp_path / "whole", at=[20])
