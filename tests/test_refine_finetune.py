@@ -103,3 +103,28 @@ def _pretrain_like(folder: Path) -> Path:
     (folder / "pre").mkdir()
     (folder / "pre" / "config.json").write_text(json.dumps(dict(kind="pretrain", config={})))
     return folder / "pre"
+
+
+@pytest.mark.slow
+def test_equal_loss_notebook_refines_its_picks_into_the_tolerance(tmp_path):
+    """The Fig. 7 notebook at a scale below `tiny` (two depths, two seeds, GeoQuery, 30 fine-tuning steps evaluated
+    every 10): picks that sit under the threshold by more than the claims' tolerance are refined, every pick ends
+    within it, the selection says which are refined, and the refined stretches reproduce their runs exactly."""
+    import pandas as pd
+    from test_experiments import OVERRIDES
+    from depthnb.claims_petty import EQUAL_LOSS_TOLERANCE
+    from depthnb.reproduce import reproduce
+
+    overrides = dict(OVERRIDES, finetune_seeds=2, control_task="geoquery", tasks=["geoquery"])
+    overrides.update({"finetune.steps": 30, "finetune.eval_every": 10, "finetune.n_snapshots": 3,
+                      "finetune.warmup_steps": 3})
+    reproduce("tiny", only=["petty_pretrain", "petty_equal_loss"], seeds=2, overrides=overrides,
+              runs_dir=tmp_path / "runs", figures_dir=tmp_path / "figures", log=lambda *a: None)
+    out = tmp_path / "figures" / "tiny"
+    sel = pd.read_csv(out / "petty_fig7_selection_tiny.csv")
+    assert len(sel) == 4 and sel.step.notna().all()
+    assert ((sel.loss / sel.threshold - 1).abs() <= EQUAL_LOSS_TOLERANCE).all(), sel
+    assert sel.refined.any() and not sel.refined.all()  # the limiting run sets the threshold at its own snapshot
+    refined_dirs = list((tmp_path / "runs" / "tiny" / "finetune").glob("tiny/*/geoquery/refine/*"))
+    assert len(refined_dirs) == int(sel.refined.sum())
+    assert "to within 0.0e+00" in (out / "petty_fig7_selection_tiny.md").read_text()
