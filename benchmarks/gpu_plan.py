@@ -848,6 +848,9 @@ REHEARSAL_SETS = {
 }
 _BENCH_CPU = ["--device", "cpu", "--size-class", "tiny", "--layers", "1", "--n-ctx", "32", "--batch", "2",
               "--steps", "1", "--warmup", "1", "--rounds", "1", "--attn-impl", "sdpa", "--no-compile"]
+# Each simulated job's deadline: the shrunk plan on a shared 2-core CPU takes longer than a GPU job's stages (the
+# second job about 510 s at a load of 8); the first job's cut is forced (`--cut pretrain`), not the deadline's.
+REHEARSAL_DEADLINE = 1800
 REHEARSAL_BENCH_FLAGS = {  # every planned gpu.sh stage on the CPU; `tests` runs only the gpu-marked (skipped)
     "attention": ["--device", "cpu", "--shrink"],  # the check at 256 tokens, then `depthnb bench` at tiny shapes
     "cogs": [*_BENCH_CPU, "--cogs-limit", "8", "--cogs-batch", "8"],
@@ -1038,7 +1041,8 @@ def _rehearse_parser():
     ap = CommandParser("gpu_plan rehearse", "The plan on the CPU at shrunk shapes: prepare, two jobs "
                        "(the first cut mid-pretraining), assemble.", preset=False)
     ap.add_argument("--work", default=str(ROOT / "runs" / "gpu-rehearsal"), help="scratch folder (replaced)")
-    _deadline_flag(ap)
+    ap.add_argument("--deadline", type=float, default=REHEARSAL_DEADLINE,
+                    help=f"seconds of each simulated job (default {REHEARSAL_DEADLINE})")
     return ap, cmd_rehearse
 
 
