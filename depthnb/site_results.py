@@ -142,7 +142,7 @@ def escape_pseudo_tags(text: str) -> str:
 
 def short_caption(caption: str, limit: int = 110) -> str:
     "A caption's first sentence without its `[preset: …]` tail, at most `limit` characters (cut at a word)."
-    text = re.sub(r"\s*\[[^\]]*\]\s*$", "", caption).strip()
+    text = re.sub(r"^\s*\[[^\]]*\]\s*|\s*\[[^\]]*\]\s*$", "", caption).strip()
     first = re.split(r"(?<!\bal\.)(?<!\bFig\.)(?<!\bvs\.)(?<!\be\.g\.)(?<=[.;])\s+", text, maxsplit=1)[0]
     if len(first) <= limit:
         return first
@@ -205,13 +205,14 @@ def with_results(nb: dict, blocks: list[tuple[int | None, str]], preset_note: st
     after: dict[int | None, list[str]] = {}
     for i, block in blocks:
         after.setdefault(i, []).append(block)
-    cells = []
+    cells, note = [], f"*{preset_note}*\n\n"  # said once, with the first block
     for i, cell in enumerate(nb["cells"]):
         cells.append(cell)
         if i in after:
-            cells.append(_md_cell(f"*{preset_note}*\n\n" + "\n\n".join(after[i])))
+            cells.append(_md_cell(note + "\n\n".join(after[i])))
+            note = ""
     if None in after:
-        cells.append(_md_cell(f"## Committed outputs\n\n*{preset_note}*\n\n" + "\n\n".join(after[None])))
+        cells.append(_md_cell("## Committed outputs\n\n" + note + "\n\n".join(after[None])))
     return {**nb, "cells": cells}
 
 
