@@ -24,12 +24,13 @@ from .config import ModelConfig, PretrainConfig
 from .runs import atomic_write_text, load_verified
 
 # %% auto #0
-__all__ = ['HF_INSTALL', 'FFN_WIDTH_FIELDS', 'HF_CONFIG_FILE', 'SPM_NORMAL', 'SPM_USER_DEFINED', 'SPM_UNIGRAM', 'UNMATCHED_SCORE',
-           'MissingExtraError', 'require_transformers', 'is_hf_model', 'hf_field', 'ffn_field', 'ffn_width',
-           'shape_config', 'load_hf_config', 'hf_config_with', 'build_hf', 'decoder_layers', 'HFCausalLM',
-           'training_hf_config', 'save_hf_config', 'read_hf_config', 'empty_hf_model', 'hf_pretrain_config',
-           'load_hf_model', 'hf_param_count', 'hf_width_coefficients', 'hf_solve_ffn', 'hf_depth_config', 'hf_family',
-           'spm_model_proto', 'spm_backend', 'hf_tokenizer', 'export_hf']
+__all__ = ['HF_INSTALL', 'FFN_WIDTH_FIELDS', 'HF_CONFIG_FILE', 'SPM_NORMAL', 'SPM_USER_DEFINED', 'SPM_BYTE', 'SPM_UNIGRAM',
+           'UNMATCHED_SCORE', 'TOKENIZER_PROBES', 'MissingExtraError', 'require_transformers', 'is_hf_model',
+           'hf_field', 'ffn_field', 'ffn_width', 'shape_config', 'load_hf_config', 'hf_config_with', 'build_hf',
+           'decoder_layers', 'HFCausalLM', 'training_hf_config', 'save_hf_config', 'read_hf_config', 'empty_hf_model',
+           'hf_pretrain_config', 'load_hf_model', 'hf_param_count', 'hf_width_coefficients', 'hf_solve_ffn',
+           'hf_depth_config', 'hf_family', 'spm_model_proto', 'spm_backend', 'hf_tokenizer', 'hf_tokenizer_problem',
+           'export_hf']
 
 # %% ../nbs/02f_hf.ipynb #ba8ccfe3
 HF_INSTALL = "pip install depthnb[hf]"
@@ -306,7 +307,7 @@ def hf_family(config, depths) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 # %% ../nbs/02f_hf.ipynb #0a304e08
-SPM_NORMAL, SPM_USER_DEFINED, SPM_UNIGRAM = 1, 4, 1  # sentencepiece_model.proto: piece types, model type
+SPM_NORMAL, SPM_USER_DEFINED, SPM_BYTE, SPM_UNIGRAM = 1, 4, 6, 1  # sentencepiece_model.proto: piece types, model type
 UNMATCHED_SCORE = -1e9  # the score of the pieces SentencePiece never matches in text (control, unknown, byte)
 
 
@@ -330,7 +331,9 @@ def spm_backend(proto):
     """A `tokenizers.Tokenizer` that encodes and decodes as the SentencePiece unigram model `proto` does: its pieces
     and scores, its normalizer's settings (extra-whitespace removal, whitespace escaping, the dummy prefix), its
     user-defined pieces emitted whole, byte fallback. The pieces SentencePiece keeps out of its lattice (control,
-    unknown and byte pieces) are scored out of reach of the text."""
+    unknown and byte pieces) are scored out of reach of the text. Decoding drops the dummy prefix of the first
+    piece only, and decodes each ASCII byte piece on its own, as SentencePiece does (`tokenizers` decodes a run of
+    byte pieces whole, or as one replacement character per byte if the run is not UTF-8)."""
     require_transformers()
     from tokenizers import Regex, Tokenizer, decoders, normalizers, pre_tokenizers
     from tokenizers.models import Unigram
@@ -353,17 +356,22 @@ def spm_backend(proto):
         pre.append(pre_tokenizers.Split(Regex("|".join(map(re.escape, user))), behavior="isolated"))
     if pre:
         backend.pre_tokenizer = pre_tokenizers.Sequence(pre)
-    steps = [decoders.Replace("\u2581", " ")] + ([decoders.ByteFallback()] if spec.byte_fallback else []) + [decoders.Fuse()]
-    backend.decoder = decoders.Sequence(steps + ([decoders.Strip(content=" ", left=1)] if norm.add_dummy_prefix else []))
+    ascii_bytes = [decoders.Replace(p.piece, chr(int(p.piece[3:5], 16))) for p in proto.pieces
+                   if p.type == SPM_BYTE and int(p.piece[3:5], 16) < 0x80]
+    spaces = (decoders.Metaspace(replacement="\u2581", prepend_scheme="always") if norm.add_dummy_prefix
+              else decoders.Replace("\u2581", " "))
+    backend.decoder = decoders.Sequence(ascii_bytes + [spaces] + ([decoders.ByteFallback()] if spec.byte_fallback else [])
+                                        + [decoders.Fuse()])
     return backend
 
 
 def hf_tokenizer(sp_model, n_ctx: int | None = None):
     """depthnb's SentencePiece tokenizer (`sp_model`: see `spm_model_proto`) as a transformers
-    `PreTrainedTokenizerFast`: the same token ids for every text (special tokens spelt out in a text are read as
-    text, as SentencePiece reads them), the same text for every ids, no BOS or EOS added; its special tokens are
-    the model's (depthnb: pad, eos, unk; no BOS). `n_ctx`: the context the model was trained on, as its
-    `model_max_length`."""
+    `PreTrainedTokenizerFast` that encodes every text to SentencePiece's ids, special tokens spelt out in it read as
+    text, and decodes them to its text, adding no BOS or EOS (apart from a piece name spelt out in characters the
+    vocabulary lacks, and ids no text encodes to: a non-UTF-8 run of non-ASCII byte pieces, the unknown piece).
+    Its special tokens are the model's (depthnb: pad, eos, unk; no BOS). `n_ctx`: the context the model was
+    trained on, as its `model_max_length`."""
     transformers = require_transformers()
     proto = spm_model_proto(sp_model)
     spec = proto.trainer_spec
@@ -374,12 +382,35 @@ def hf_tokenizer(sp_model, n_ctx: int | None = None):
                                                 clean_up_tokenization_spaces=False, **special, **extra)
 
 
+TOKENIZER_PROBES = ("Fill in blank:\nabc def ___. ->", " a leading space,  two spaces, a tab\tand<sep>",
+                    "x = 3;\n\ny = 2 * x", "ümlaut 日本語 🙂")  # what an exported tokenizer must read as SentencePiece does
+
+
+def hf_tokenizer_problem(folder: Path | str, sp_model) -> str | None:
+    """Why the tokenizer `AutoTokenizer` loads from `folder` is not the SentencePiece model `sp_model` (it encodes or
+    decodes one of `TOKENIZER_PROBES` otherwise), or None. transformers gives some architectures (Qwen2, Phi-3 and
+    others) their own tokenizer class whatever class a folder names, and such a class does not read a unigram model."""
+    from sentencepiece import SentencePieceProcessor
+    transformers = require_transformers()
+    sp = SentencePieceProcessor(model_proto=spm_model_proto(sp_model).SerializeToString())
+    tok = transformers.AutoTokenizer.from_pretrained(str(folder))
+    for text in TOKENIZER_PROBES:
+        ids = sp.encode(text)
+        if tok.encode(text) != ids or tok.decode(ids) != sp.decode(ids):
+            config = Path(folder) / "config.json"
+            model_type = json.loads(config.read_text()).get("model_type") if config.exists() else None
+            return (f"AutoTokenizer loads a {type(tok).__name__} for model_type {model_type!r}, which does not tokenize "
+                    f"{text!r} as depthnb's SentencePiece model does")
+    return None
+
+
 def export_hf(path: Path | str, out_dir: Path | str, tokenizer, overwrite: bool = False) -> Path:
     """Write the transformers model of a depthnb run (a run directory, `final.pt`, a snapshot or a checkpoint: what
     `load_hf_model` reads) and its `tokenizer` (`hf_tokenizer`) as one `save_pretrained` folder `out_dir`, which
-    `AutoModelForCausalLM`, `AutoTokenizer` and lm-eval's `hf` model load. The config's special-token ids become
-    the tokenizer's (generation stops at depthnb's EOS). `out_dir` is written whole or not at all; an existing one
-    is replaced only with `overwrite=True`."""
+    `AutoModelForCausalLM`, `AutoTokenizer` and lm-eval's `hf` model load; `AutoTokenizer` is checked to load the
+    tokenizer as written (`hf_tokenizer_problem`). The config's special-token ids become the tokenizer's (generation
+    stops at depthnb's EOS). `out_dir` is written whole or not at all; an existing one is replaced only with
+    `overwrite=True`."""
     out = Path(out_dir)
     if out.exists() and any(out.iterdir()) and not overwrite:
         raise FileExistsError(f"export_hf: {out} exists and is not empty (overwrite=True replaces it)")
@@ -398,6 +429,8 @@ def export_hf(path: Path | str, out_dir: Path | str, tokenizer, overwrite: bool 
     try:
         hf.save_pretrained(tmp)
         tok.save_pretrained(tmp)
+        if problem := hf_tokenizer_problem(tmp, tokenizer):
+            raise ValueError(f"export_hf: {path}: {problem}: a tool loading the folder would read other tokens")
         if out.exists():
             shutil.rmtree(out)
         os.replace(tmp, out)
