@@ -233,7 +233,7 @@ def _split_top(text: str, sep: str = ",") -> list[str]:
 
 def short_default(default: str, limit: int = 40) -> str:
     "A default as a reader needs it: `<function f at 0x…>` as `f`, a long list or tuple as its first item and a count."
-    default = re.sub(r"<function (?:[\w.]+\.)?<?(\w+)>? at 0x[0-9a-f]+>", r"\1", default.strip())
+    default = re.sub(r"<function (?:[\w.<>]+\.)?(<lambda>|\w+) at 0x[0-9a-f]+>", r"\1", default.strip())
     default = re.sub(r"<(?:built-in function|class) '?([\w.]+)'?>", r"\1", default)
     if len(default) <= limit:
         return default
@@ -292,7 +292,7 @@ def show_doc_markdown(md: str, root: Path | None = None) -> str:
         anchor = re.sub(r"\s+", "-", re.sub(r"[`*]", "", name).strip().lower())
         return f'<span id="{html.escape(anchor)}"></span>\n\n{level} {name}'
 
-    return re.sub(r"^(#{1,6})[ \t]+(.+?)[ \t]*$", anchored, md, flags=re.M).rstrip() + "\n"
+    return re.sub(r"^(#{1,6})[ \t]+(.+?)[ \t]*$", anchored, md, flags=re.M).rstrip()
 
 
 def undocumented(markdown: list[str]) -> list[str]:
