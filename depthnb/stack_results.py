@@ -31,8 +31,9 @@ __all__ = ['TABLE1_PAPER', 'GROUP_TITLES', 'TABLE2_PAPER', 'TABLE2_COLUMNS', 'TA
            'DOWNSTREAM_CLAIMS', 'stack_similarities', 'similarity_summary', 'result_is_complete', 'cached_result',
            'primitive_results', 'primitive_ft_results', 'primitive_table', 'primitive_ft_table', 'snapshot_items',
            'isoplot_table', 'table1_paper', 'final_eval_loss', 'table1', 'stack_finetune_job', 'downstream_results',
-           'downstream_table', 'downstream_paper', 'downstream_table1', 'downstream_task_table', 'downstream_table2',
-           'tydiqa_context_table', 'downstream_isoplot_table', 'missing_tasks', 'downstream_verdicts']
+           'downstream_table', 'downstream_paper', 'truncated_count', 'downstream_table1', 'downstream_task_table',
+           'downstream_table2', 'tydiqa_context_table', 'downstream_isoplot_table', 'missing_tasks',
+           'downstream_verdicts']
 
 # %% ../nbs/06c_stack_results.ipynb #37ad5be6
 def stack_similarities(models: dict[str, DecoderLM], tokens: torch.Tensor) -> dict[str, dict[str, np.ndarray]]:
@@ -276,12 +277,14 @@ def downstream_results(items: list[dict], tasks, *, shots: int | None = None, li
     rows = []
     for it, records in zip(items, results):
         labels = {k: v for k, v in it.items() if k != "path"}
-        rows += [dict(labels, **{k: r[k] for k in keys}, missing=r.get("missing")) for r in records]
+        rows += [dict(labels, **{k: r[k] for k in keys}, truncated=r.get("truncated", 0 if r.get("missing") else None),
+                      missing=r.get("missing")) for r in records]
         rows += [dict(labels, task=t, title=DOWNSTREAM_TASKS[t].title, group=DOWNSTREAM_TASKS[t].group,
                       shots=DOWNSTREAM_TASKS[t].shots if shots is None else shots, calculator=c, n=0, accuracy=np.nan,
-                      metric=DOWNSTREAM_TASKS[t].metric, missing=why)
+                      metric=DOWNSTREAM_TASKS[t].metric, truncated=0, missing=why)
                  for t, why in missing.items() for c in _downstream_settings(t, calculators)]
-    return pd.DataFrame(rows)
+    out = pd.DataFrame(rows)
+    return out.assign(truncated=out.truncated.astype("Int64")) if len(out) else out  # unknown for results older than the count
 
 
 def downstream_table(runs: dict[str, Path], tasks, split: str = "enwiki_valid", **kwargs) -> pd.DataFrame:
@@ -351,6 +354,14 @@ def _setting(results: pd.DataFrame, calculator: bool) -> pd.DataFrame:
     return results[~calc | (results.calculator == calculator)]
 
 
+def truncated_count(rows: pd.DataFrame, by: str | list[str] = "method") -> pd.Series:
+    """Requests cut to fit the context, summed over `rows` per `by`: missing (NA) where a result does not say (scored
+    before the count existed)."""
+    counts = rows.truncated if "truncated" in rows else pd.Series(pd.NA, index=rows.index, dtype="Int64")
+    return (counts.astype("Int64").groupby([rows[k] for k in ([by] if isinstance(by, str) else by)], sort=False)
+            .agg(lambda t: pd.NA if t.isna().any() else int(t.sum())).astype("Int64"))
+
+
 def _ours(results: pd.DataFrame, model: str) -> pd.DataFrame:
     "One row per method of ours: the `_ROW_KEYS` labels and the final validation loss."
     first = results.groupby("method", sort=False, dropna=False).first().reset_index()
@@ -371,10 +382,12 @@ def downstream_table1(results: pd.DataFrame, model: str) -> pd.DataFrame:
         ours[f"{col}_tasks"] = g.groupby("method").task.nunique().reindex(ours.index).fillna(0).astype(int).astype(str) \
             + f"/{len(GROUPS[group])}"
     ours["average"] = r[r.accuracy.notna()].groupby("method").accuracy.mean() * 100
+    ours["truncated"] = truncated_count(r)
     paper = table1_paper().assign(source="paper")
     return pd.concat([ours.reset_index(), paper[_ROW_KEYS + ["val_loss", *_TABLE1_COLUMNS.values(), "average"]]],
                      ignore_index=True)[_ROW_KEYS + ["val_loss", *[c for col in _TABLE1_COLUMNS.values()
-                                                                   for c in (col, f"{col}_tasks")], "average"]]
+                                                                   for c in (col, f"{col}_tasks")], "average",
+                                                     "truncated"]]
 
 
 def downstream_task_table(results: pd.DataFrame, table: int, model: str) -> pd.DataFrame:
@@ -383,8 +396,9 @@ def downstream_task_table(results: pd.DataFrame, table: int, model: str) -> pd.D
     r = _setting(results[results.group == group], True)
     ours = _ours(r, model).set_index("method")
     acc = r.set_index(["method", "task"]).accuracy.unstack("task").reindex(columns=list(GROUPS[group])) * 100
-    ours = ours.join(acc).reset_index()
-    return pd.concat([ours, downstream_paper(table)], ignore_index=True)[_ROW_KEYS + ["val_loss", *GROUPS[group]]]
+    ours = ours.join(acc).assign(truncated=truncated_count(r)).reset_index()
+    return pd.concat([ours, downstream_paper(table)], ignore_index=True)[_ROW_KEYS + ["val_loss", *GROUPS[group],
+                                                                                     "truncated"]]
 
 
 def downstream_table2(results: pd.DataFrame, model: str) -> pd.DataFrame:
@@ -395,7 +409,9 @@ def downstream_table2(results: pd.DataFrame, model: str) -> pd.DataFrame:
         for calc, name in ((False, col), (True, f"{col}_calc")):
             g = results[(results.group == group) & (results.calculator == calc) & results.accuracy.notna()]
             ours[name] = g.groupby("method").accuracy.mean() * 100
-    return pd.concat([ours.reset_index(), downstream_paper(2)], ignore_index=True)[_ROW_KEYS + ["val_loss", *TABLE2_COLUMNS]]
+    ours["truncated"] = truncated_count(results[results.group.isin(["math", "gsm8k", "gsm8k_finetuned"])])
+    return pd.concat([ours.reset_index(), downstream_paper(2)], ignore_index=True)[_ROW_KEYS + ["val_loss", *TABLE2_COLUMNS,
+                                                                                               "truncated"]]
 
 
 def tydiqa_context_table(results: pd.DataFrame, model: str) -> pd.DataFrame:
@@ -423,9 +439,11 @@ def downstream_isoplot_table(runs: dict[str, Path], tasks, split: str = "enwiki_
     res = _setting(downstream_results(items, tasks, calculators=(True,), **kwargs), True)
     res = res[res.accuracy.notna()]
     if res.empty:
-        return pd.DataFrame(columns=["method", "step", "group", "task", "accuracy", "tasks", "n", "val_loss"])
+        return pd.DataFrame(columns=["method", "step", "group", "task", "accuracy", "tasks", "n", "truncated", "val_loss"])
     acc = (res.groupby(["method", "step", "group"], sort=False)
            .agg(accuracy=("accuracy", "mean"), tasks=("task", "nunique"), n=("n", "sum")).reset_index())
+    acc = acc.merge(truncated_count(res, ["method", "step", "group"]).rename("truncated").reset_index(),
+                    on=["method", "step", "group"])
     acc["task"] = acc.group.map(GROUP_TITLES)
     metrics = pd.concat([read_metrics(run).assign(method=m) for m, run in runs.items()], ignore_index=True)
     return isoplot_frame(acc, metrics, split, run_keys=("method",))
