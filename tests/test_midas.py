@@ -444,3 +444,69 @@ def test_tiny_preset_midas_and_baseline_train_on_cpu(tmp_path):
     assert stack_job(P, "midas") == str(stack_run_dir(P, "midas"))  # finished: found, not retrained
     assert cli_stack(["--preset", "tiny", "--set", f"runs_dir={tmp_path}", "--set", "pretrain.steps=30",
                       "--set", "pretrain.eval_sequences=8", "--set", "pretrain.n_snapshots=2", "--method", "midas"]) == 0
+
+
+def test_block_size_error_names_the_operator():
+    with pytest.raises(ValueError, match=r"^grow gradstack: block_size=4 must be a positive divisor of n_layers=6$"):
+        grow_layout(6, "gradstack", 4)
+
+
+def test_grow_optimizer_called_directly_copies_the_state():
+    "`grow_optimizer`'s defaults: the state is carried over and the layers are `model.layers`."
+    from depthnb.growth import grow_model, grow_optimizer
+
+    parent = model(3)
+    opt = torch.optim.AdamW(parent.parameters(), lr=3e-3)
+    train(parent, opt, 1)
+    layout = grow_layout(3, "midas", 1)
+    grown = grow_model(parent, layout)
+    new = grow_optimizer(opt, parent, grown, layout)
+    assert len(new.state) == len(list(grown.parameters()))
+    src = opt.state[parent.layers[1].attn.q.weight]["exp_avg"]
+    for j in (1, 2):  # both copies of layer 1 carry its moments
+        assert torch.equal(new.state[grown.layers[j].attn.q.weight]["exp_avg"], src)
+    assert not torch.equal(src, opt.state[parent.layers[2].attn.q.weight]["exp_avg"])
+
+
+def _assert_equal_and_independent(a, b, where):
+    "`a` equals `b` and shares no tensor storage or mutable container with it."
+    assert type(a) is type(b), where
+    if torch.is_tensor(a):
+        assert torch.equal(a, b) and a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr(), where
+    elif isinstance(a, (list, dict)):
+        assert a is not b and len(a) == len(b), where
+        for k, (x, y) in enumerate(zip(a.values(), b.values()) if isinstance(a, dict) else zip(a, b)):
+            _assert_equal_and_independent(x, y, f"{where}[{k}]")
+    else:
+        assert a == b, where
+
+
+def test_grown_optimizer_shares_no_state_with_the_parents():
+    """Whatever the state holds (tensors, numbers, lists of tensors: L-BFGS's history) and a tensor learning rate,
+    the grown optimizer owns copies: changing them in place, as optimizers and schedulers do, leaves the parent's
+    optimizer as it was."""
+    parent = model(3)
+    opt = torch.optim.LBFGS(parent.parameters(), lr=0.1, history_size=5, max_iter=2)
+
+    def closure(m, o):
+        def f():
+            o.zero_grad()
+            loss = m(IDX, targets=IDX)[1]
+            loss.backward()
+            return loss
+        return f
+    opt.step(closure(parent, opt))
+    grown, new = grow(parent, "midas", 1, optimizer=opt)
+    (old_state,), (new_state,) = opt.state.values(), new.state.values()  # L-BFGS keeps its state on one tensor
+    assert {type(v).__name__ for v in old_state.values()} >= {"Tensor", "int", "list"}
+    _assert_equal_and_independent(new_state, old_state, "state")
+    new_state["old_dirs"].append(torch.zeros(1))  # L-BFGS extends its history in place
+    assert len(new_state["old_dirs"]) == len(old_state["old_dirs"]) + 1
+
+    opt = torch.optim.AdamW(parent.parameters(), lr=torch.tensor(0.01))
+    train(parent, opt, 1)
+    grown, new = grow(parent, "midas", 1, optimizer=opt)
+    torch.optim.lr_scheduler.LambdaLR(new, lambda step: 0.5)  # writes the tensor rate in place
+    assert new.param_groups[0]["lr"].item() == pytest.approx(0.005)
+    assert opt.param_groups[0]["lr"].item() == pytest.approx(0.01)
+    assert new.defaults["lr"] is not opt.defaults["lr"] and new.defaults["lr"].item() == pytest.approx(0.01)
