@@ -115,7 +115,8 @@ def test_width_delta_by_hand():
     from depthnb.solver import width_delta
 
     sc = SizeClass("hand", 4, 4, 1, 1, 8, 10)  # A / beta = 18 / 3 = 6, so d_ff0 + A / beta = 14
-    assert [width_delta(sc, k) for k in (0, 1, 2, 3)] == [0, 7, 9, 11]  # 14/2 = 7, 14*2/3 = 9.33, 14*3/4 = 10.5 -> 11 (halves round up)
+    # 14/2 = 7, 14*2/3 = 9.33, 14*3/4 = 10.5 -> 11 (halves round up)
+    assert [width_delta(sc, k) for k in (0, 1, 2, 3)] == [0, 7, 9, 11]
     assert width_delta(SizeClass("hand", 4, 4, 1, 2, 8, 10), -1) == -14  # (1 - 2/1) * 14: one layer fewer, wider
 
 

@@ -236,7 +236,9 @@ def numpy_noisy_model(config, p: float = 0.1) -> DecoderLM:
     model = DecoderLM(config.model)
 
     def dropout(module, args, out):
-        return torch.nn.functional.dropout(out, p * (0.5 + np.random.random()), training=True) if module.training else out
+        if not module.training:
+            return out
+        return torch.nn.functional.dropout(out, p * (0.5 + np.random.random()), training=True)
     model.embed.register_forward_hook(dropout)
     return model
 
@@ -250,6 +252,7 @@ def test_resume_restores_numpys_generator(data, tmp_path):
     run = tmp_path / "resumed"
     with pytest.raises(Crash):
         pretrain(cfg, run, init_model=numpy_noisy_model(cfg), data=DataHook(data, crash_at=25), **quiet)
-    pretrain(cfg, run, init_model=numpy_noisy_model(cfg), data=data, **quiet)  # NumPy reseeded: only the checkpoint knows
+    # NumPy reseeded by the rerun's model: only the checkpoint knows its state at step 20
+    pretrain(cfg, run, init_model=numpy_noisy_model(cfg), data=data, **quiet)
     assert_same_weights(load_model(run), load_model(tmp_path / "whole"))
     assert_resumed_like(run, tmp_path / "whole", at=[20])
