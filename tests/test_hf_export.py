@@ -203,7 +203,8 @@ def greedy_answer(model: HFCausalLM, sp, context: str, gen_kwargs: dict) -> str:
 def check_samples(samples: dict, model: HFCausalLM, sp, limit: int) -> list[str]:
     "Every answer lm-eval's hf model gave (its samples, per task) is the hand-decoded one; the primitive's score is Table 6's."
     from depthnb.downstream_tasks import primitive_results
-    assert {t: len(samples[t]) for t in TASKS} == {t: limit for t in TASKS}
+    one_per_doc = {t: list({s["doc_id"]: s for s in samples[t]}.values()) for t in TASKS}  # a line per filter
+    assert {t: len(one_per_doc[t]) for t in TASKS} == {t: limit for t in TASKS}
     answers = []
     for task in TASKS:
         for s in samples[task]:
@@ -229,10 +230,10 @@ def test_lm_eval_hf_scores_an_exported_midas_run(midas_run, tmp_path):
     from depthnb.runs import read_metrics
     pytest.importorskip("accelerate")  # lm-eval's hf model imports it
     run, sp = midas_run
-    snapshot = run / read_metrics(run, "snapshot").path.iloc[0]  # kept in the 2-layer stage
+    snapshot = run / read_metrics(run, "snapshot").path.iloc[0]  # kept at step 4, in the 1-layer stage
     final = load_hf_model(run)
     shallow = load_hf_model(snapshot)
-    assert (final.hf.config.num_hidden_layers, shallow.hf.config.num_hidden_layers) == (3, 2)
+    assert (final.hf.config.num_hidden_layers, shallow.hf.config.num_hidden_layers) == (3, 1)
     out_final, out_snapshot = export_hf(run, tmp_path / "final", sp), export_hf(snapshot, tmp_path / "snapshot", sp)
 
     # lm-eval's hf model and depthnb's own lm-eval model: the same log-likelihoods of the same requests (at the run's
@@ -259,7 +260,7 @@ def test_lm_eval_hf_scores_an_exported_midas_run(midas_run, tmp_path):
         {t: 8 for t in TASKS}
     samples = {t: [json.loads(line) for f in (tmp_path / "scored").rglob(f"samples_{t}_*.jsonl")
                    for line in f.read_text().splitlines()] for t in TASKS}
-    answers = check_samples(samples, final, sp, 8)
+    check_samples(samples, final, sp, 8)
     accuracy = np.mean([s["accuracy"] for s in samples["primitive_copy_random"]])
     assert results["results"]["primitive_copy_random"]["accuracy,none"] == pytest.approx(accuracy)
 
@@ -271,5 +272,7 @@ def test_lm_eval_hf_scores_an_exported_midas_run(midas_run, tmp_path):
     res = lm_eval.simple_evaluate(model="hf", model_args=f"pretrained={out_snapshot}", device="cpu", tasks=list(TASKS),
                                   limit=4, gen_kwargs="max_gen_toks=64", log_samples=True,
                                   task_manager=TaskManager(include_path=str(TASKS_DIR)))
-    answers += check_samples(res["samples"], shallow, sp, 4)
-    assert len(set(answers)) > 1  # the models answer differently across prompts: the check can tell answers apart
+    answers = check_samples(res["samples"], shallow, sp, 4)
+    # a model trained 30 steps may answer every prompt alike; the barely trained snapshot does not, so that there
+    # the check tells answers apart
+    assert len(set(answers)) > 2, answers
