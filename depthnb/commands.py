@@ -6,7 +6,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Callable
@@ -15,13 +17,26 @@ from .config import Preset, SizeClass, override
 from .presets import PRESETS, preset_depths, preset_size_class
 
 # %% auto #0
-__all__ = ['SIZE_CLASS_FIELDS', 'UsageError', 'CommandParser', 'add_preset_args', 'preset_from_args', 'add_threads_arg',
-           'threads_for', 'use_threads', 'add_family_args', 'family_from_args', 'int_list', 'choices',
-           'require_one_run', 'run_each']
+__all__ = ['SIZE_CLASS_FIELDS', 'UsageError', 'main_rank', 'keep_exit_status', 'CommandParser', 'add_preset_args',
+           'preset_from_args', 'add_threads_arg', 'threads_for', 'use_threads', 'add_family_args', 'family_from_args',
+           'int_list', 'choices', 'require_one_run', 'run_each']
 
 # %% ../nbs/00b_commands.ipynb #c9032214
 class UsageError(ValueError):
     "A bad command-line argument: one line `PROG: error: MESSAGE` and exit status 2, before anything is written."
+
+
+def main_rank() -> bool:
+    "Whether this process is rank 0 of a `torchrun` job (or not under `torchrun` at all)."
+    return int(os.environ.get("RANK", "0")) == 0
+
+
+def keep_exit_status() -> None:
+    """Under `torchrun`, a rank that exits 2 for a bad argument keeps that status: torchrun sends SIGTERM to the ranks
+    still running once the first has exited, and one still shutting down would be reported as killed instead."""
+    if os.environ.get("TORCHELASTIC_RUN_ID"):
+        with contextlib.suppress(ValueError):  # signal handlers are set from the main thread only
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
 class CommandParser(argparse.ArgumentParser):
@@ -35,7 +50,12 @@ class CommandParser(argparse.ArgumentParser):
         self.add_argument("--debug", action="store_true", help="show the Python traceback of an error")
 
     def error(self, message: str):
+        keep_exit_status()
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+    def _print_message(self, message: str, file=None) -> None:  # argparse's one output: usage, help, errors
+        if main_rank():  # every rank parses the same command line
+            super()._print_message(message, file)
 
     def run(self, command, argv: list[str] | None = None) -> int:
         "Parse `argv` and return `command(args)`: a `UsageError` exits 2, any other error 1, each as one line."
@@ -50,8 +70,15 @@ class CommandParser(argparse.ArgumentParser):
             message = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
             if not isinstance(e, (UsageError, OSError, RuntimeError, ValueError, KeyError)):
                 message = f"{type(e).__name__}: {message} (an internal error: please report it with --debug's output)"
-            print(f"{self.prog}: error: {message}", file=sys.stderr)
-            return 2 if isinstance(e, UsageError) else 1
+            world = int(os.environ.get("WORLD_SIZE", "1"))
+            if isinstance(e, UsageError):  # the same on every rank: said once
+                keep_exit_status()
+                if main_rank():
+                    print(f"{self.prog}: error: {message}", file=sys.stderr)
+                return 2
+            rank = f" (rank {os.environ.get('RANK', '0')} of {world})" if world > 1 else ""
+            print(f"{self.prog}: error: {message}{rank}", file=sys.stderr)
+            return 1
 
 # %% ../nbs/00b_commands.ipynb #3e69f3ce
 def add_preset_args(parser) -> None:
@@ -163,7 +190,7 @@ def run_each(runs: list[tuple], train: Callable, *, finished: Callable[[Path], b
     """`check(*run)` for every run first; then for each run (a tuple, its directory first): print `note` if it is
     `finished`, else `train(*run)` and print `done`; then `report(*run)` where given. Returns the exit status 0.
     Under `torchrun` every process trains, and only rank 0 prints and reports."""
-    main = int(os.environ.get("RANK", "0")) == 0
+    main = main_rank()
     for run in runs if check else ():
         check(*run)
     for run in runs:

@@ -5,6 +5,7 @@
 # %% ../nbs/05a_parallel.ipynb #4a6f32c9
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from collections.abc import Callable
@@ -22,12 +23,12 @@ from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from .config import check_choice
 from .devices import DistInfo, init_distributed
 from .model import DecoderLM
-from .runs import (KEEP_CHECKPOINTS, CheckpointError, latest_checkpoint, load_verified, save_checkpoint,
-                   save_verified, save_weights, sharded_checkpoint_dir)
+from .runs import (KEEP_CHECKPOINTS, CheckpointError, RunInUseError, latest_checkpoint, load_verified,
+                   run_lock, save_checkpoint, save_verified, save_weights, sharded_checkpoint_dir)
 
 # %% auto #0
-__all__ = ['PARALLEL_MODES', 'init_parallel', 'mixed_precision', 'shard_model', 'check_parallel_optimizer', 'prepare_training',
-           'FullCheckpoints', 'ShardedCheckpoints', 'checkpoints_for']
+__all__ = ['PARALLEL_MODES', 'init_parallel', 'mixed_precision', 'shard_model', 'check_parallel_optimizer', 'ranks_lock',
+           'prepare_training', 'FullCheckpoints', 'ShardedCheckpoints', 'checkpoints_for']
 
 # %% ../nbs/05a_parallel.ipynb #7f0f0889
 PARALLEL_MODES = ("ddp", "fsdp")
@@ -66,6 +67,29 @@ def check_parallel_optimizer(optimizer: str, mode: str) -> None:
         raise ValueError("PretrainConfig.optimizer='adafactor' cannot train with parallel='fsdp': torch.optim.Adafactor's "
                          "factored second moments reduce over the dimension FSDP2 shards, which DTensor refuses "
                          f"(torch {torch.__version__}); use optimizer='adamw' with fsdp, or parallel='ddp' where it fits")
+
+# %% ../nbs/05a_parallel.ipynb #b1c2d3e5
+@contextlib.contextmanager
+def ranks_lock(run_dir: Path | str, info: DistInfo = DistInfo()):
+    """The run directory's lock (`runs.run_lock`), held by rank 0 for all ranks of the job; a run in use raises the same
+    `RunInUseError` on every rank, decided before any other collective."""
+    if info.world <= 1:
+        with run_lock(run_dir):
+            yield
+        return
+    with contextlib.ExitStack() as held:
+        refusal = None
+        if info.main:
+            try:
+                held.enter_context(run_lock(run_dir))
+            except (RunInUseError, OSError) as e:  # every rank raises it: nobody waits in a collective for rank 0
+                refusal = (type(e).__name__, str(e))
+        answer = [refusal]
+        dist.broadcast_object_list(answer, src=0)
+        if answer[0] is not None:
+            kind, message = answer[0]
+            raise RunInUseError(message) if kind == "RunInUseError" else OSError(message)
+        yield
 
 # %% ../nbs/05a_parallel.ipynb #c58b149a
 def prepare_training(model: DecoderLM, make_optimizer: Callable[[nn.Module], torch.optim.Optimizer],

@@ -28,10 +28,10 @@ from .model import DecoderLM
 from .optim import lr_at, make_optimizer, set_lr, train_step
 from .solver import model_config
 from .runs import (KEEP_CHECKPOINTS, MetricsLog, check_free_space, free_space, is_done, load_model, load_verified,
-                          mark_done, pretrain_run_dir, read_config, read_done, rng_state, run_lock, set_rng_state,
+                          mark_done, pretrain_run_dir, read_config, read_done, rng_state, set_rng_state,
                           step_file, write_or_check_config)
 from .parallel import (FullCheckpoints, ShardedCheckpoints, check_parallel_optimizer, checkpoints_for,
-                              init_parallel, prepare_training)
+                              init_parallel, prepare_training, ranks_lock)
 from .schedules import snapshot_steps
 from .data import prepare_pretraining
 from .ul2 import UL2
@@ -85,8 +85,8 @@ def run_disk_need(n_params: int, n_snapshots: int, keep: int = KEEP_CHECKPOINTS)
 
 
 def job_lock(run_dir: Path | str, info: DistInfo = DistInfo()):
-    "The run directory's lock (`runs.run_lock`), held by the main rank for all ranks of a data-parallel job."
-    return run_lock(run_dir) if info.main else contextlib.nullcontext()
+    "The run directory's lock (`runs.run_lock`), held by the main rank for all ranks of a job; a run in use is refused on every rank (`parallel.ranks_lock`)."
+    return ranks_lock(run_dir, info)
 
 
 def finished_run(run_dir: Path | str, record: dict, device: torch.device, info: DistInfo = DistInfo(),
