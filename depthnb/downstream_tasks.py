@@ -203,7 +203,8 @@ def task_unavailable(name: str) -> str | None:
     "None if task `name` can run now; else one line saying why not."
     task = DOWNSTREAM_TASKS[name]
     if task.base is None and task.loader is None:
-        return f"{task.title}: lm-eval has no {task.title} task and depthnb defines none yet; not scored"
+        return (f"{task.title}: lm-eval has no {task.title} task and its data are not in the local mirror (QuAC's "
+                "val_v0.2.json is served from S3 only), so no task file whose format could be checked here; not scored")
     if task.loader is not None:
         try:
             for file in task.files:
