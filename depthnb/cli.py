@@ -5,36 +5,31 @@
 # %% ../nbs/10_cli.ipynb #ce8bb8b5
 from __future__ import annotations
 
+import importlib
 import sys
 
-from .commands import CommandParser, UsageError, choices, preset_from_args
-from .presets import PRESETS
-from .reproduce import EXPERIMENTS, ExperimentFailed, reproduce
-
-from .bench import cli_bench
-from .data import cli_data
-from .finetune import check_tasks, cli_evaluate, cli_finetune
-from .plan import cli_plan
-from .downstream_tasks import cli_downstream
-from .tasks import parse_task
-from .stacking import cli_stack
-from .train import cli_pretrain
-
 # %% auto #0
-__all__ = ['SUBCOMMANDS', 'main', 'cli_reproduce']
+__all__ = ['SUBCOMMANDS', 'subcommand', 'main']
 
 # %% ../nbs/10_cli.ipynb #e44d1408
-SUBCOMMANDS: dict[str, tuple] = {  # name: (function, one-line help)
-    "data": (cli_data, "fetch, verify and cache the datasets"),
-    "pretrain": (cli_pretrain, "pretrain one model of a preset's depth family"),
-    "finetune": (cli_finetune, "fine-tune a pretrained model on a compositional task"),
-    "evaluate": (cli_evaluate, "score a fine-tuned model on a task split"),
-    "stack": (cli_stack, "train a baseline, GradStack, MIDAS or progressive run"),
-    "downstream": (cli_downstream, "score runs on Saunshi's downstream tasks through lm-eval: QA, math, GSM8k, calculator"),
-    "bench": (cli_bench, "measure throughput, MFU, memory and decoding speed"),
-    "plan": (cli_plan, "before booking a cluster: parameters, FLOPs, memory per GPU (DDP/FSDP), GPU-hours"),
-    "reproduce": (lambda argv: cli_reproduce(argv), "run a preset's experiment notebooks in order"),
+SUBCOMMANDS: dict[str, tuple[str, str]] = {  # name: ("module:function", one-line help)
+    "data": ("depthnb.data:cli_data", "fetch, verify and cache the datasets"),
+    "pretrain": ("depthnb.train:cli_pretrain", "pretrain one model of a preset's depth family"),
+    "finetune": ("depthnb.finetune:cli_finetune", "fine-tune a pretrained model on a compositional task"),
+    "evaluate": ("depthnb.finetune:cli_evaluate", "score a fine-tuned model on a task split"),
+    "stack": ("depthnb.stacking:cli_stack", "train a baseline, GradStack, MIDAS or progressive run"),
+    "downstream": ("depthnb.downstream_tasks:cli_downstream",
+                   "score runs on Saunshi's downstream tasks through lm-eval: QA, math, GSM8k, calculator"),
+    "bench": ("depthnb.bench:cli_bench", "measure throughput, MFU, memory and decoding speed"),
+    "plan": ("depthnb.plan:cli_plan", "before booking a cluster: parameters, FLOPs, memory per GPU (DDP/FSDP), GPU-hours"),
+    "reproduce": ("depthnb.cmd_reproduce:cli_reproduce", "run a preset's experiment notebooks in order"),
 }
+
+
+def subcommand(name: str):
+    "The function of subcommand `name`, its module imported now."
+    module, function = SUBCOMMANDS[name][0].split(":")
+    return getattr(importlib.import_module(module), function)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -50,47 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     if name not in SUBCOMMANDS:
         print(f"depthnb: error: unknown command {name!r}; commands: {', '.join(SUBCOMMANDS)}", file=sys.stderr)
         return 2
-    return SUBCOMMANDS[name][0](rest) or 0
-
-# %% ../nbs/10_cli.ipynb #a4c73a70
-def cli_reproduce(argv: list[str] | None = None) -> int:
-    "depthnb reproduce --preset P [--only NAMES] [--seeds N] [--set KEY=VALUE ...]"
-    ap = CommandParser("depthnb reproduce", "Run a preset's experiment notebooks in dependency order with papermill; "
-                       "reruns continue where they stopped.")
-    ap.add_argument("--only", default="", help="comma-separated experiment names ("
-                    + ", ".join(e.name for e in EXPERIMENTS) + ")")
-    ap.add_argument("--seeds", type=int, default=None, help="use the first N seeds of the preset")
-    ap.add_argument("--runs-dir", default=None, help="parent folder of runs/<preset> (default: runs/)")
-    ap.add_argument("--figures-dir", default=None, help="parent folder of figures/<preset> (default: figures/)")
-
-    def command(args) -> int:
-        preset = preset_from_args(args)  # a bad --preset, --set or task is refused before any notebook runs
-        check_tasks([*preset.tasks, preset.control_task])
-        overrides = dict(kv.split("=", 1) for kv in args.overrides)
-        # the notebooks run in nbs/experiments/: a task folder given relative to here must reach them absolute
-        tasks = tuple(parse_task(t).spec for t in preset.tasks)
-        if tasks != tuple(preset.tasks):
-            overrides["tasks"] = repr(tasks)
-        if parse_task(preset.control_task).spec != preset.control_task:
-            overrides["control_task"] = parse_task(preset.control_task).spec
-        only = choices(args.only, "experiment", [e.name for e in EXPERIMENTS]) or None
-        choices(",".join(preset.experiments), "experiment", [e.name for e in EXPERIMENTS])  # the preset's own list
-        for part in preset.parts:
-            if part not in PRESETS or PRESETS[part].parts:
-                raise UsageError(f"part {part!r} of preset {preset.name!r} is not a preset without parts; presets: "
-                                 + ", ".join(n for n, q in PRESETS.items() if not q.parts))
-        if args.seeds is not None and args.seeds < 1:
-            raise UsageError(f"--seeds {args.seeds}: out of range; allowed: integers ≥ 1")
-        try:
-            reproduce(args.preset, only=only, seeds=args.seeds, overrides=overrides,
-                      runs_dir=args.runs_dir, figures_dir=args.figures_dir)
-        except ExperimentFailed as e:
-            if args.debug:
-                raise
-            print(f"{ap.prog}: error: {e}", file=sys.stderr)  # several lines: the notebook's traceback is the report
-            return 1
-        return 0
-    return ap.run(command, argv)
+    return subcommand(name)(rest) or 0
 
 # %% ../nbs/10_cli.ipynb #e990faba
 #| eval: false

@@ -11,7 +11,7 @@ from PIL import Image
 
 from depthnb import sources as S
 from depthnb import tasks as T
-from depthnb.cli import reproduce
+from depthnb.reproduce import reproduce
 
 # Below `tiny` (as tests/test_experiments.py): two depths, one seed, 20 pretraining and 10 fine-tuning steps.
 OVERRIDES = {
