@@ -523,3 +523,121 @@ def test_midas_loss_paired_over_stacking_seeds():
     null = [claim_midas_loss_near_baseline(STACK_T1, PAPER_T1, family, "v", valid_loss_table(margin, rng=rng))[1]
             for _ in range(DRAWS)]
     assert rate(null) <= RATE_BOUND
+
+
+# --- the rules' decisions and evidence on small hand-made tables ------------------------------------------------------
+
+def test_structural_near_zero_uses_the_deepest_and_says_so():
+    from depthnb.claims_petty import claim_structural_near_zero
+
+    # structural far above the floor except at the deepest: only the deepest counts
+    deep_only = types_table(lambda d: 0.6, lambda d: 0.3 if d < max(DEPTHS) else 0.005, noise=0.003)
+    deep_only = deep_only.assign(task="my_task")
+    evidence, verdict = claim_structural_near_zero(deep_only)
+    assert verdict == "holds"
+    assert evidence.startswith("c/my_task: structural at the deepest +0.7 %, 95% interval [+0.2, +1.1] over 5 seeds "
+                               "(lexical 60.1%). Holds if the interval lies below 5.0%")
+    # an interval across the floor decides nothing
+    rows = [dict(size_class="c", task="cogs_vf", n_layers=d, seed=s, generalization_type=kind,
+                 accuracy=0.6 if kind == "lexical" else v)
+            for s, v in enumerate([0.03, 0.07, 0.05, 0.04, 0.06]) for d in DEPTHS for kind in ("lexical", "structural")]
+    evidence, verdict = claim_structural_near_zero(pd.DataFrame(rows))
+    assert verdict == "inconclusive"
+    assert evidence.startswith("c/COGS-vf: structural at the deepest +5.0 %, 95% interval [+3.0, +7.0] over 5 seeds "
+                               "(lexical 60.0%)")
+
+
+def test_table1_speedups_decide_on_the_printed_values(monkeypatch):
+    from depthnb import claims_midas
+    from depthnb.claims_midas import as_printed, claim_table1_speedups, rounded_once
+    from depthnb.schedules import TABLE1_SPEEDUPS, speedup
+
+    evidence, verdict = claim_table1_speedups()
+    n = len(TABLE1_SPEEDUPS)
+    assert verdict == "holds" and evidence.startswith(f"{n} of {n} rows of Table 1 match")
+    assert "1B GradStack L24 b4 Prop-1: 1.3846 -> 1.39 (1.39)" in evidence
+    assert "3 of the 11 matches hold only under double rounding (to 3 decimals, then 2): 1.3846 -> 1.39, where " \
+           "rounding once gives 1.38; the others match either way." in evidence
+    m, method, layers, b, a, paper = TABLE1_SPEEDUPS[0]
+    wrong = [(m, method, layers, b, a, paper + 0.01), *TABLE1_SPEEDUPS[1:]]
+    monkeypatch.setattr(claims_midas, "TABLE1_SPEEDUPS", wrong)
+    evidence, verdict = claim_table1_speedups()
+    assert verdict == "does not hold" and evidence.startswith(f"{n - 1} of {n} rows of Table 1 match")
+    once = [r for r in TABLE1_SPEEDUPS if rounded_once(speedup(*r[2:5], op=r[1].lower())) == r[5]]
+    assert once and all(as_printed(speedup(*r[2:5])) == r[5] for r in once)
+    monkeypatch.setattr(claims_midas, "TABLE1_SPEEDUPS", once)
+    evidence, verdict = claim_table1_speedups()
+    assert verdict == "holds"
+    assert evidence.endswith(f"0 of the {len(once)} matches hold only under double rounding (to 3 decimals, then 2): "
+                             "none; the others match either way.")
+
+
+def table1(base_loss, midas_loss, base_avg, midas_avg) -> pd.DataFrame:
+    "Our Table 1 as `claim_downstream_beyond_ppl` reads it: one row per method, a loss column, the primitives' average."
+    return pd.DataFrame(dict(method=["baseline", "midas"], valid_loss=[base_loss, midas_loss],
+                             primitives_average=[base_avg, midas_avg]))
+
+
+def test_downstream_beyond_ppl_decides_on_the_relative_changes():
+    from depthnb.claims_midas import claim_downstream_beyond_ppl
+
+    paper = pd.DataFrame(dict(model=["1B", "1B"], method=["Baseline", "MIDAS"], val_loss=[2.0, 1.99],
+                              average=[30.0, 33.0]))
+    # MIDAS's accuracy gain (+10%) beats its perplexity change (+1%, worse): a gain beyond perplexity, one run each
+    evidence, verdict = claim_downstream_beyond_ppl(table1(2.0, 2.01, 20.0, 22.0), paper)
+    assert verdict == "inconclusive"
+    assert evidence == ("MIDAS vs baseline: PPL +1.0% (valid_loss 2.010 vs 2.000), primitive average 22.0% vs 20.0% "
+                        "(+10.0%); one run per method, no interval. Paper (Table 1, 1 MIDAS rows vs their baseline): "
+                        "PPL -1.0% to -1.0%, downstream average +10.0% to +10.0%.")
+    # the accuracy gain (+2%) is no more than the perplexity gain (-4.9%) explains
+    assert claim_downstream_beyond_ppl(table1(2.0, 1.95, 20.0, 20.4), paper)[1] == "does not hold"
+    assert claim_downstream_beyond_ppl(table1(2.0, 2.01, 20.0, 20.0), paper)[1] == "does not hold"  # no gain at all
+    # the floor: the better method's average at most 5%
+    evidence, verdict = claim_downstream_beyond_ppl(table1(2.0, 2.01, 5.0, 3.0), paper)
+    assert verdict == "not testable"
+    assert evidence.startswith("primitive average at the floor for both methods (3.0% MIDAS")
+    assert claim_downstream_beyond_ppl(table1(2.0, 2.01, 5.03, 5.5), paper)[1] == "inconclusive"
+
+
+def iso_table(gaps, tasks=("Copying (random-letter words)", "Copying (real words)"), floor_task=None) -> pd.DataFrame:
+    """Isoplot points (Saunshi Fig. 4): per seed and primitive, baseline and MIDAS snapshots at the same validation
+    losses, MIDAS `gaps[seed]` more accurate; `floor_task` at the floor for both."""
+    rows = []
+    for s, gap in enumerate(gaps):
+        for task in tasks + ((floor_task,) if floor_task else ()):
+            for step, loss in enumerate((3.0, 2.9, 2.8, 2.7)):
+                base = 0.01 if task == floor_task else 0.3 + (3.0 - loss)
+                for method, acc in (("baseline", base), ("midas", base if task == floor_task else base + gap)):
+                    rows.append(dict(task=task, seed=s, step=100 * (step + 1), method=method, val_loss=loss,
+                                     accuracy=acc))
+    return pd.DataFrame(rows)
+
+
+def test_isoplots_decide_over_seeds_at_matched_loss():
+    from depthnb.claims_midas import claim_isoplots
+
+    evidence, verdict = claim_isoplots(iso_table([0.10, 0.12, 0.14, 0.16]))
+    assert verdict == "holds"
+    assert evidence.startswith("Copying (random-letter words): MIDAS +13.0 points over 16 matched losses in "
+                               "[2.700, 3.000] nats; Copying (real words): MIDAS +13.0 points over 16 matched losses "
+                               "in [2.700, 3.000] nats; mean over primitives +13.0 points, 95% interval [+8.9, +17.1] "
+                               "over 4 seeds; paper +8.4. Paper: Fig. 4")
+    evidence, verdict = claim_isoplots(iso_table([-0.10, -0.12, -0.14, -0.16]))
+    assert verdict == "does not hold"
+    silent = "Variable assignment depth 0 (basic)"
+    evidence, verdict = claim_isoplots(iso_table([0.02, 0.021, 0.019, 0.02], floor_task=silent))
+    assert verdict == "holds" and f"; left out (at the floor for both): {silent}; " in evidence
+    assert "Variable assignment depth 0 (basic): MIDAS" not in evidence
+    # a table without seeds is one run: no interval
+    evidence, verdict = claim_isoplots(iso_table([0.10]).drop(columns="seed"))
+    assert verdict == "inconclusive" and "(one seed: no interval)" in evidence
+    assert claim_isoplots(iso_table([0.1, 0.12]).query("method == 'baseline'")) == \
+        ("no midas snapshots in the table", "not testable")
+    apart = iso_table([0.1, 0.12])
+    apart.loc[apart.method == "midas", "val_loss"] -= 1
+    assert claim_isoplots(apart) == ("the baseline's and MIDAS's snapshots share no validation-loss range",
+                                     "not testable")
+    floor = iso_table([0.0, 0.0], tasks=(), floor_task="Copying (real words)")
+    evidence, verdict = claim_isoplots(floor)
+    assert verdict == "not testable"
+    assert evidence == "at the floor (5.0%) for both methods at every snapshot on Copying (real words)"
