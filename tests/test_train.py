@@ -256,3 +256,38 @@ def test_resume_restores_numpys_generator(data, tmp_path):
     pretrain(cfg, run, init_model=numpy_noisy_model(cfg), data=data, **quiet)
     assert_same_weights(load_model(run), load_model(tmp_path / "whole"))
     assert_resumed_like(run, tmp_path / "whole", at=[20])
+
+
+def test_checkpoint_rotation_removes_each_old_file_and_its_checksum(tmp_path):
+    "Rotation keeps the newest `keep` checkpoints with their checksums, even past one whose checksum was never written."
+    from depthnb.runs import save_checkpoint
+
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "step_00000001.pt").write_bytes(b"cut short before its checksum")
+    for step in (2, 3, 4):
+        save_checkpoint(tmp_path, dict(step=step), keep=2)
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == [
+        "step_00000003.pt", "step_00000003.pt.sha256", "step_00000004.pt", "step_00000004.pt.sha256"]
+
+
+def test_resume_returns_the_checkpoints_step_and_seconds(tmp_path):
+    "`resume` at the edges of a call's steps, with and without the recorded training seconds; a step outside refused."
+    from depthnb.runs import rng_state, save_checkpoint
+    from depthnb.train import LoopSchedule, resume
+
+    model = DecoderLM(small_config().model)
+    optimizer = torch.optim.AdamW(model.parameters())
+    schedule = LoopSchedule(begin=10, stop=30, steps=30, lr=1e-3, warmup_steps=0, min_lr_ratio=1.0, log_every=5,
+                            eval_every=10, ckpt_every=10)
+    quiet = lambda *a: None  # noqa: E731
+    assert resume(tmp_path / "empty", model, optimizer, schedule, say=quiet) == (None, 0.0)
+
+    def checkpoint(run, step, **extra):
+        save_checkpoint(run, dict(step=step, rng=rng_state(), model=model.state_dict(),
+                                  optimizer=optimizer.state_dict(), **extra))
+        return run
+    begin = checkpoint(tmp_path / "begin", 10, elapsed_s=12.5)
+    assert resume(begin, model, optimizer, schedule, say=quiet) == (10, 12.5)
+    assert resume(checkpoint(tmp_path / "stop", 30), model, optimizer, schedule, say=quiet) == (30, 0.0)
+    with pytest.raises(ValueError, match=r"step_00000040\.pt is at step 40, outside this call's steps \[10, 30\]"):
+        resume(checkpoint(tmp_path / "after", 40), model, optimizer, schedule, say=quiet)
