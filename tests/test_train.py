@@ -291,3 +291,18 @@ def test_resume_returns_the_checkpoints_step_and_seconds(tmp_path):
     assert resume(checkpoint(tmp_path / "stop", 30), model, optimizer, schedule, say=quiet) == (30, 0.0)
     with pytest.raises(ValueError, match=r"step_00000040\.pt is at step 40, outside this call's steps \[10, 30\]"):
         resume(checkpoint(tmp_path / "after", 40), model, optimizer, schedule, say=quiet)
+
+
+def test_sha256_file_of_bytes_and_of_gunzipped_content(tmp_path):
+    import gzip
+    import hashlib
+
+    from depthnb.runs import sha256_file
+
+    content = b"depthnb\n" * 1000
+    (tmp_path / "plain").write_bytes(content)
+    (tmp_path / "packed.gz").write_bytes(gzip.compress(content))
+    assert sha256_file(tmp_path / "plain") == hashlib.sha256(content).hexdigest()
+    assert sha256_file(tmp_path / "packed.gz", decompress=True) == hashlib.sha256(content).hexdigest()
+    packed = (tmp_path / "packed.gz").read_bytes()
+    assert sha256_file(tmp_path / "packed.gz") == hashlib.sha256(packed).hexdigest() != hashlib.sha256(content).hexdigest()
