@@ -28,7 +28,7 @@ import nbformat
 import nbformat.v4 as v4
 import pandas as pd
 from .reproduce import EXPERIMENTS
-from .site_results import (escape_pseudo_tags, experiment_owners, experiment_results, gallery_html,
+from .site_results import (escape_pseudo_tags, experiment_owners, experiment_results, gallery_html, page_outputs,
                                   paper_order, preset_outputs, relative_url, report_markdown, report_sections,
                                   results_markdown, short_caption, shown_presets, verdict_table, with_results)
 from .sitecheck import BROWSER_REQUIREMENTS, CHECKED_PAGES, MATH_PAGES, check_site
@@ -636,7 +636,10 @@ def write_site_source(root: Path, pages: SitePages, log=print, preset: str = "ti
     for o in outputs:  # served as they are (html_extra_path): thumbnails link to the full-size image, tables to the CSV
         (src / "_extra" / o.path).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(root / o.path, src / "_extra" / o.path)
-    experiment_page = lambda name: f"experiments/{name}.html"
+    def experiment_page(name: str) -> str:
+        return f"experiments/{name}.html"
+
+    experiment_page.shown = {(o.preset, o.stem) for e in pages.experiments for o in page_outputs(root, e.stem, presets, owners)}
     results = ["results"] + [f"report-{p}" for p in presets]
     (src / "results.md").write_text(results_markdown(root, presets, owners, experiment_page))
     for p in presets:

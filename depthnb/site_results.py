@@ -19,9 +19,9 @@ from .reproduce import EXPERIMENTS
 # %% auto #0
 __all__ = ['PRESET_ORDER', 'PAPERS', 'VERDICT_CLASS', 'Output', 'shown_presets', 'preset_outputs', 'report_sections',
            'paper_order', 'output_patterns', 'code_cells', 'output_cell', 'experiment_owners', 'escape_pseudo_tags',
-           'short_caption', 'thumbnail', 'figure_block', 'table_block', 'relative_url', 'experiment_results',
-           'with_results', 'split_evidence', 'shorten', 'stability_word', 'claim_reference', 'claim_output',
-           'output_url', 'verdict_table', 'results_markdown', 'report_markdown', 'gallery_html']
+           'short_caption', 'thumbnail', 'figure_block', 'table_block', 'relative_url', 'page_outputs',
+           'experiment_results', 'with_results', 'split_evidence', 'shorten', 'stability_word', 'claim_reference',
+           'claim_output', 'output_url', 'verdict_table', 'results_markdown', 'report_markdown', 'gallery_html']
 
 # %% ../nbs/12b_site_results.ipynb #287ae77a
 PRESET_ORDER = ("paper", "small", "cpu", "tiny")  # the most meaningful first; any other shown preset after these
@@ -180,22 +180,34 @@ def relative_url(target: str, page: str) -> str:
     return "../" * page.count("/") + target
 
 
-def experiment_results(root: Path, nb: dict, name: str, page: str, presets: list[str],
-                       owners: dict[str, str]) -> tuple[str | None, list[tuple[int | None, str]]]:
-    """What an experiment page shows of its committed outputs: the preset, and (code cell index after which, HTML) per
-    output, from the first of `presets` holding any (cpu by default, tiny where cpu has none); index None: the end.
-    `owners`: {stem: experiment}, from `experiment_owners`."""
+def page_outputs(root: Path, name: str, presets: list[str], owners: dict[str, str]) -> list[Output]:
+    """The committed outputs experiment `name`'s page shows: those of the first of `presets` that has any (cpu by
+    default), then those of later presets that it lacks (a tiny-only figure); a per-preset file (`_cpu`, `_tiny`) counts
+    as the same output in every preset. `owners`: {stem: experiment}, from `experiment_owners`."""
+    shown, seen = [], set()
     for preset in presets:
         outs = [o for o in preset_outputs(root, preset) if owners.get(o.stem) == name]
-        if outs:
-            break
-    else:
+        new = [o for o in outs if re.sub(rf"_{re.escape(preset)}$", "", o.stem) not in seen]
+        seen |= {re.sub(rf"_{re.escape(preset)}$", "", o.stem) for o in outs}
+        shown += new
+    return shown
+
+
+def experiment_results(root: Path, nb: dict, name: str, page: str, presets: list[str],
+                       owners: dict[str, str]) -> tuple[str | None, list[tuple[int | None, str]]]:
+    """What an experiment page shows of its committed outputs (`page_outputs`): the main preset, and (code cell index
+    after which, HTML) per output, in the papers' order; index None: the end."""
+    outs = page_outputs(root, name, presets, owners)
+    if not outs:
         return None, []
+    preset = outs[0].preset
     sections = report_sections((Path(root) / "figures" / preset / "REPORT.md").read_text())
     blocks = []
     for o in paper_order(outs, sections):
         href = relative_url(o.path.as_posix(), page)
         block = figure_block(o, href) if o.kind == "figure" else table_block(o, root, href)
+        if o.preset != preset:
+            block = f"*From `figures/{o.preset}/`: preset `{preset}` has none.*\n\n" + block
         blocks.append((output_cell(nb, o.stem), block))
     return preset, blocks
 
@@ -267,10 +279,15 @@ def claim_output(reference: str | None, sections: list[tuple[str, list[str]]], s
 
 # %% ../nbs/12b_site_results.ipynb #97660ac4
 def output_url(out: Output, owners: dict[str, str], page: str, experiment_page) -> tuple[str, str | None]:
-    "(the output's file, its place on the page that makes it, or None) as URLs from site path `page`."
+    """(the output's file, the page that makes it, or None) as URLs from site path `page`; `experiment_page(name)` gives
+    a page's site path, and `experiment_page.shown` (if set) the (preset, stem) pairs pages show, to link to in place."""
     file = relative_url(out.path.as_posix(), page)
     owner = owners.get(out.stem)
-    return file, (relative_url(f"{experiment_page(owner)}#{out.stem}", page) if owner else None)
+    if not owner:
+        return file, None
+    shown = getattr(experiment_page, "shown", None)
+    anchor = f"#{out.stem}" if shown is None or (out.preset, out.stem) in shown else ""
+    return file, relative_url(f"{experiment_page(owner)}{anchor}", page)
 
 
 def verdict_table(rows: pd.DataFrame, links: list[str]) -> str:
@@ -333,15 +350,14 @@ def report_markdown(root: Path, preset: str, owners: dict[str, str], experiment_
     def image(m):
         alt, name = m.groups()
         href = relative_url(f"{folder}/{name}", page)
-        return (f'<a href="{html.escape(href)}"><img class="depthnb-report-img" src="{html.escape(href)}" '
-                f'alt="{html.escape(alt)}" loading="lazy"></a>')
+        return (f'<div class="depthnb-report-fig"><a href="{html.escape(href)}"><img class="depthnb-report-img" '
+                f'src="{html.escape(href)}" alt="{html.escape(alt)}" loading="lazy"></a></div>')  # an HTML block, served as is
 
     def link(m):
         label, name, ext = m.groups()
-        owner = owners.get(name)
-        if ext == "md":  # the Markdown copy of a table: its place on the page that makes it, else its CSV
-            return (f"[{label}]({relative_url(f'{experiment_page(owner)}#{name}', page)})" if owner
-                    else f"[{label}]({relative_url(f'{folder}/{name}.csv', page)})")
+        if ext == "md":  # the Markdown copy of a table: the page that makes it, else its CSV
+            made = output_url(Output(name, "table", "", preset, Path(folder) / f"{name}.csv"), owners, page, experiment_page)[1]
+            return f"[{label}]({made or relative_url(f'{folder}/{name}.csv', page)})"
         return f"[{label}]({relative_url(f'{folder}/{name}.{ext}', page)})"
 
     text = re.sub(r"^!\[([^\]]*)\]\(([\w.-]+\.png)\)", image, text, flags=re.M)

@@ -195,6 +195,7 @@ def fetch_page(url: str) -> tuple[int, str, str]:
 _PAGE_PROBE = """async () => {
   if (window.MathJax && MathJax.startup && MathJax.startup.promise) { await MathJax.startup.promise; }
   const imgs = [...document.images];
+  imgs.forEach(i => { i.loading = "eager"; });  // lazy images out of view would never load, and never finish
   await Promise.all(imgs.map(i => i.complete ? null : new Promise(r => { i.onload = i.onerror = r; })));
   const math = [...document.querySelectorAll('article .math, .bd-article .math, main .math')];
   return {
