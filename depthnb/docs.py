@@ -405,7 +405,7 @@ def notebooks_table(nbs_path: Path, pages: SitePages, link) -> str:
     rows = ["| notebook | what |", "|---|---|"]
     for rel in pages.components + pages.experiments:
         title, summary = title_and_summary(json.loads((nbs_path / rel).read_text()))
-        what = (summary or "").replace("|", "\\|")
+        what = short_caption(summary or "", 140).replace("|", "\\|")  # its first sentence: the page has the rest
         rows.append(f"| [{rel.with_suffix('').as_posix()}]({link(rel)}) — {title or rel.stem} | {what} |")
     return "\n".join(rows)
 
@@ -434,7 +434,9 @@ details > summary { cursor: pointer; }
 .depthnb-verdict { white-space: nowrap; font-weight: 600; padding: 0 0.3rem; border-radius: 0.2rem; }
 .depthnb-holds { background: #d8f0d8; color: #14501a; } .depthnb-fails { background: #f6d6d6; color: #6b1010; }
 .depthnb-open { background: #f7ecc8; color: #5a4500; } .depthnb-none { background: #e8e8e8; color: #333; }
-.bd-article-container { max-width: 100%; }  /* wide tables scroll in their own box, not the page */
+.bd-main .bd-content .bd-article-container { max-width: 100%; }  /* wide tables scroll in their own box, not the page */
+.depthnb-verdicts td:nth-child(2) { min-width: 16rem; }
+.depthnb-verdicts td:first-child { min-width: 11rem; }
 pre { white-space: pre-wrap; word-break: break-word; }
 """
 

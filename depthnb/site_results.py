@@ -299,7 +299,7 @@ def verdict_table(rows: pd.DataFrame, links: list[str]) -> str:
         cls = VERDICT_CLASS.get(r["verdict"], "none")
         body.append(
             f"<tr><td><b>{html.escape(str(r['where']))}</b> {html.escape(str(r['claim']))}</td>"
-            f"<td>{html.escape(shorten(ours, 170))}</td><td>{html.escape(shorten(paper, 90))}</td>"
+            f"<td>{html.escape(shorten(ours, 130))}</td><td>{html.escape(shorten(paper, 70))}</td>"
             f'<td><span class="depthnb-verdict depthnb-{cls}">{html.escape(str(r["verdict"]))}</span></td>'
             f'<td title="{html.escape(str(r["stability"]))}">{html.escape(stability_word(r["stability"]))}</td><td>{link}</td></tr>')
     return f'<div class="depthnb-table-box"><table class="depthnb-verdicts">{head}{"".join(body)}</table></div>'
