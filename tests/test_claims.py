@@ -596,7 +596,7 @@ def test_downstream_beyond_ppl_decides_on_the_relative_changes():
     evidence, verdict = claim_downstream_beyond_ppl(table1(2.0, 2.01, 5.0, 3.0), paper)
     assert verdict == "not testable"
     assert evidence.startswith("primitive average at the floor for both methods (3.0% MIDAS")
-    assert claim_downstream_beyond_ppl(table1(2.0, 2.01, 5.03, 5.5), paper)[1] == "inconclusive"
+    assert claim_downstream_beyond_ppl(table1(2.0, 2.01, 5.03, 4.0), paper)[1] == "does not hold"  # just above it
 
 
 def iso_table(gaps, tasks=("Copying (random-letter words)", "Copying (real words)"), floor_task=None) -> pd.DataFrame:
@@ -624,6 +624,11 @@ def test_isoplots_decide_over_seeds_at_matched_loss():
                                "over 4 seeds; paper +8.4. Paper: Fig. 4")
     evidence, verdict = claim_isoplots(iso_table([-0.10, -0.12, -0.14, -0.16]))
     assert verdict == "does not hold"
+    # no lead: an interval across 0 lies below the paper's lead on these primitives (Table 6)...
+    assert claim_isoplots(iso_table([0.001, -0.001, 0.002, -0.002]))[1] == "does not hold"
+    # ...and decides nothing on primitives Table 6 does not list
+    evidence, verdict = claim_isoplots(iso_table([0.001, -0.001, 0.002, -0.002], tasks=("my primitive",)))
+    assert verdict == "inconclusive" and "over 4 seeds. Paper: Fig. 4" in evidence
     silent = "Variable assignment depth 0 (basic)"
     evidence, verdict = claim_isoplots(iso_table([0.02, 0.021, 0.019, 0.02], floor_task=silent))
     assert verdict == "holds" and f"; left out (at the floor for both): {silent}; " in evidence
@@ -633,6 +638,8 @@ def test_isoplots_decide_over_seeds_at_matched_loss():
     assert verdict == "inconclusive" and "(one seed: no interval)" in evidence
     assert claim_isoplots(iso_table([0.1, 0.12]).query("method == 'baseline'")) == \
         ("no midas snapshots in the table", "not testable")
+    assert claim_isoplots(iso_table([0.1, 0.12]).assign(method="gradstack")) == \
+        ("no baseline or midas snapshots in the table", "not testable")
     apart = iso_table([0.1, 0.12])
     apart.loc[apart.method == "midas", "val_loss"] -= 1
     assert claim_isoplots(apart) == ("the baseline's and MIDAS's snapshots share no validation-loss range",
