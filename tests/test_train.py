@@ -306,3 +306,34 @@ def test_sha256_file_of_bytes_and_of_gunzipped_content(tmp_path):
     assert sha256_file(tmp_path / "packed.gz", decompress=True) == hashlib.sha256(content).hexdigest()
     packed = (tmp_path / "packed.gz").read_bytes()
     assert sha256_file(tmp_path / "packed.gz") == hashlib.sha256(packed).hexdigest()  # the file's own bytes
+
+
+class NotAWeight:
+    "An object a weights-only load refuses: checkpoints carry tensors, numbers, strings and containers only."
+
+
+def test_verified_files_refuse_what_cannot_be_trusted(tmp_path, monkeypatch):
+    "A new run folder is created; a missing checksum, a pickled object and a full disk each give one clear error."
+    import errno
+
+    from depthnb import runs
+    from depthnb.runs import CheckpointError, DiskFullError, atomic_write, load_verified, save_verified
+
+    path = save_verified(dict(step=1), tmp_path / "new" / "run" / "state.pt")  # folders that do not exist yet
+    assert load_verified(path) == dict(step=1)
+    path.with_name("state.pt.sha256").unlink()
+    with pytest.raises(CheckpointError, match=r"state\.pt: no state\.pt\.sha256 beside it \(the write did not finish\)"):
+        load_verified(path)
+    assert load_verified(path, require_checksum=False) == dict(step=1)
+    with pytest.raises(CheckpointError, match=r"object\.pt: unreadable \(UnpicklingError: "):
+        load_verified(save_verified(dict(x=NotAWeight()), tmp_path / "object.pt"))
+
+    def full(f):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    with pytest.raises(DiskFullError, match=r"full\.pt: no space left on device while writing it \([\d,.]+ MiB free\); "
+                                            r"free some space and run again"):
+        atomic_write(tmp_path / "full.pt", full)
+    assert not list(tmp_path.glob("*full.pt*"))  # no temporary file left behind
+    monkeypatch.setattr(runs, "free_space", lambda folder: 10)
+    with pytest.raises(DiskFullError, match=r"writing tight\.pt needs [\d.]+ MiB, but only 0\.0 MiB is free there"):
+        save_verified(dict(step=1), tmp_path / "tight.pt")
