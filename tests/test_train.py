@@ -322,7 +322,7 @@ def test_verified_files_refuse_what_cannot_be_trusted(tmp_path, monkeypatch):
     path = save_verified(dict(step=1), tmp_path / "new" / "run" / "state.pt")  # folders that do not exist yet
     assert load_verified(path) == dict(step=1)
     path.with_name("state.pt.sha256").unlink()
-    with pytest.raises(CheckpointError, match=r"state\.pt: no state\.pt\.sha256 beside it \(the write did not finish\)"):
+    with pytest.raises(CheckpointError, match=r"state\.pt: no state\.pt\.sha256 beside it \(the write did not "):
         load_verified(path)
     assert load_verified(path, require_checksum=False) == dict(step=1)
     with pytest.raises(CheckpointError, match=r"object\.pt: unreadable \(UnpicklingError: "):
