@@ -713,3 +713,40 @@ def test_vf_saturates_sooner_compares_the_bends():
     assert verdict == "not testable" and evidence.startswith("c: no established gain with depth on both tasks")
     evidence, verdict = claim_vf_saturates_sooner(both(early, linear).query("task == 'cogs'"))
     assert verdict == "not reproducible here" and evidence.startswith("no COGS-vf fine-tuning at this preset")
+
+
+def test_latency_verdicts_and_evidence():
+    from depthnb.claims_petty import claim_latency_linear
+
+    evidence, verdict = claim_latency_linear(latency_table([0.10, 0.13, 0.11, 0.15, 0.19]))
+    assert verdict == "inconclusive"  # the slope is above 0, but R^2 0.851 is not "strongly linear"
+    assert evidence.startswith("c on cpu: 0.0172 s/layer (95% interval [0.00399, 0.0303]), R^2 0.851, "
+                               "deepest/shallowest 1.90x. Holds if")
+    assert claim_latency_linear(latency_table([0.3, 0.25, 0.2, 0.15, 0.05]))[1] == "does not hold"  # falls with depth
+    evidence, verdict = claim_latency_linear(latency_table([0.0907, 0.0831, 0.1011, 0.0997, 0.1102]))
+    assert verdict == "not testable"
+    assert "; the slope's interval spans 0: depth moves the step time less than the timing noise" in evidence
+
+
+def table6(arithmetic, no_calculator, calculator) -> pd.DataFrame:
+    "Table 6's three arithmetic rows, each (MIDAS, baseline) accuracy in %; the paper's columns fixed."
+    rows = [("Arithmetic-only", arithmetic), ("Pre-school math (PSM), no calculator", no_calculator),
+            ("Pre-school math (PSM), with calculator", calculator)]
+    return pd.DataFrame([{"title": title, "midas": m, "baseline": b, "paper MIDAS": 20.0, "paper baseline": 10.0}
+                         for title, (m, b) in rows])
+
+
+def test_arithmetic_poor_without_a_calculator():
+    from depthnb.claims_midas import claim_arithmetic_poor
+
+    evidence, verdict = claim_arithmetic_poor(table6((12.0, 10.0), (15.0, 14.0), (40.0, 45.0)))
+    assert verdict == "holds"
+    assert evidence.startswith("MIDAS / baseline: arithmetic 12.0% / 10.0%, no calculator 15.0% / 14.0%, calculator "
+                               "40.0% / 45.0%. Paper: arithmetic 20.0% / 10.0%")
+    assert claim_arithmetic_poor(table6((12.0, 10.0), (15.0, 45.0), (40.0, 45.0)))[1] == "does not hold"  # a tie
+    assert claim_arithmetic_poor(table6((41.0, 10.0), (15.0, 14.0), (40.0, 45.0)))[1] == "does not hold"
+    evidence, verdict = claim_arithmetic_poor(table6((1.0, 2.0), (3.0, 4.0), (5.0, 5.0)))  # the best cell at 5%
+    assert verdict == "not testable" and evidence.startswith("at the floor (5.0%) for both methods on all three rows")
+    assert claim_arithmetic_poor(table6((1.0, 2.0), (3.0, 4.0), (5.03, 5.0)))[1] == "holds"  # just above the floor
+    evidence, verdict = claim_arithmetic_poor(table6((12.0, 10.0), (15.0, 14.0), (40.0, 45.0)).iloc[:2])
+    assert (evidence, verdict) == ("no Pre-school math (PSM), with calculator row at this preset", "not testable")
