@@ -711,6 +711,10 @@ def test_vf_saturates_sooner_compares_the_bends():
     assert claim_vf_saturates_sooner(both(linear, early))[1] == "does not hold"
     evidence, verdict = claim_vf_saturates_sooner(both(early, lambda d: 0.3))  # COGS does not rise with depth
     assert verdict == "not testable" and evidence.startswith("c: no established gain with depth on both tasks")
+    # a size class without a gain is left out; the next one still decides
+    two = pd.concat([both(early, lambda d: 0.3).assign(size_class="a"), both(early, linear).assign(size_class="b")])
+    evidence, verdict = claim_vf_saturates_sooner(two)
+    assert verdict == "holds" and evidence.startswith("a: no established gain with depth on both tasks; b: COGS-vf's")
     evidence, verdict = claim_vf_saturates_sooner(both(early, linear).query("task == 'cogs'"))
     assert verdict == "not reproducible here" and evidence.startswith("no COGS-vf fine-tuning at this preset")
 
