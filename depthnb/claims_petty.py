@@ -79,6 +79,8 @@ def first_gain(table: pd.DataFrame) -> Interval:
 
 
 def claim_depth_lowers_ppl(ppl: pd.DataFrame, split: str) -> tuple[str, str]:
+    """Petty: a second layer lowers perplexity; per size class, holds if the per-seed interval of ln PPL at the
+    shallowest depth minus the next lies above 0, does not hold if below the paper's gain."""
     parts, verdicts = [], []
     for name, t in log_ppl_by_seed(ppl, split).items():
         d = sorted(t.columns)
@@ -102,6 +104,8 @@ def paper_diminishing() -> float:
 
 
 def claim_diminishing_returns(ppl: pd.DataFrame, split: str) -> tuple[str, str]:
+    """Petty: the 1 -> 2 layer perplexity gain exceeds the 2 -> 4 gain; decided on the per-seed interval of their
+    difference against the paper's, not testable without an established 1 -> 2 gain."""
     parts, verdicts = [], []
     effect = paper_diminishing()
     for name, t in log_ppl_by_seed(ppl, split).items():
@@ -121,6 +125,8 @@ def claim_diminishing_returns(ppl: pd.DataFrame, split: str) -> tuple[str, str]:
 
 
 def claim_narrow_degrades(ppl: pd.DataFrame, split: str) -> tuple[str, str]:
+    """Petty: perplexity turns up at the deep, narrow end of a family; decided on the per-seed interval of ln PPL at the
+    deepest minus the next depth, not testable unless perplexity first falls with depth."""
     parts, verdicts = [], []
     effect = paper_log_ppl(7) - paper_log_ppl(6)
     for name, t in log_ppl_by_seed(ppl, split).items():
@@ -168,6 +174,8 @@ def leftmost_near_best(g: pd.DataFrame) -> float:
 
 
 def claim_optimal_depth_grows(rel: pd.DataFrame) -> tuple[str, str]:
+    """Petty: the depth of lowest perplexity grows with model size; holds if the best depth of the class means never
+    falls and rises from the smallest class to the largest."""
     classes = by_size(rel)
     paper = "Paper: the best depth is " + ", ".join(f"{n} layers at {c}" for c, n in PAPER_OPTIMAL_DEPTH.items()) + "."
     if reason := one_size_class(classes):
@@ -179,6 +187,8 @@ def claim_optimal_depth_grows(rel: pd.DataFrame) -> tuple[str, str]:
 
 
 def claim_wide_ratios_tolerated(rel: pd.DataFrame) -> tuple[str, str]:
+    """Petty: larger models tolerate wider feed-forward ratios; holds if the smallest d_model/d_ff within NEAR_BEST of
+    each class's best perplexity never rises and falls from the smallest class to the largest."""
     classes = by_size(rel)
     paper = by_size(paper_ff_ratios())
     paper = (f"Paper (Table 3 PPL, Table 2 widths): " + ", ".join(f"{c} {leftmost_near_best(g):.3f}" for c, g in paper)
@@ -208,6 +218,8 @@ def depth_effect(acc: pd.DataFrame, task: str) -> dict:
 
 
 def describe_depth_effect(e: dict) -> str:
+    """A task's depth statistics from `depth_effect` in words: the deepest-minus-shallowest contrast and the trend, each
+    with its interval, paper value and verdict."""
     lo, hi = min(e["depths"]), max(e["depths"])
     return (f"{hi} minus {lo} layer(s) ({pct(e['means'][hi])} vs {pct(e['means'][lo])}): "
             + describe(e["contrast"], effect=e["paper_contrast"]) + " [" + e["verdict"] + "]; trend rho "
@@ -215,6 +227,8 @@ def describe_depth_effect(e: dict) -> str:
 
 
 def claim_depth_generalizes(acc: pd.DataFrame) -> tuple[str, str]:
+    """Petty: deeper models generalize better compositionally; per size class and task, decided on the per-seed interval
+    of the deepest-minus-shallowest accuracy against the paper's contrast, not testable at the floor."""
     parts, verdicts = [], []
     for (name, task), g in acc.groupby(["size_class", "task"]):
         label = f"{name}/{TASK_NAMES.get(task, task)}"
@@ -246,6 +260,8 @@ def bend(values: pd.DataFrame | pd.Series, shallow, middle, deep):
 
 
 def claim_saturation(acc: pd.DataFrame) -> tuple[str, str]:
+    """Petty: the gain with depth saturates on COGS, COGS-vf and GeoQuery; decided on the per-seed interval of the gain
+    to the middle depth minus the gain beyond it, not testable without a gain with depth."""
     parts, verdicts = [], []
     for (name, task), g in acc.groupby(["size_class", "task"]):
         label = f"{name}/{TASK_NAMES.get(task, task)}"
@@ -275,6 +291,8 @@ def saturation_depth(depths, accuracy) -> int | None:
 
 
 def claim_vf_saturates_sooner(acc: pd.DataFrame) -> tuple[str, str]:
+    """Petty: COGS-vf saturates at a shallower depth than COGS; decided on the per-seed interval of COGS-vf's bend minus
+    COGS's, not testable without a gain with depth on both tasks."""
     paper = paper_table3()
     paper = "Paper (Table 3, 90% rule): " + "; ".join(
         f"{c} COGS {saturation_depth(g.n_layers, g.cogs)} layers, COGS-vf {saturation_depth(g.n_layers, g.cogs_vf)}"
@@ -314,10 +332,13 @@ class NoTypes(LookupError):
 
 
 def type_table(types: pd.DataFrame, kind: str) -> pd.DataFrame:
+    "Seeds x depths of the accuracy of one generalization type (`kind`: lexical or structural)."
     return by_seed(types[types.generalization_type == kind])
 
 
 def claim_lexical_not_structural(types: pd.DataFrame) -> tuple[str, str]:
+    """Petty: depth helps lexical generalization, not structural; decided on the per-seed interval of the lexical
+    deepest-minus-shallowest gain minus the structural one, against the paper's contrast."""
     parts, verdicts = [], []
     for (name, task), g in types.groupby(["size_class", "task"]):
         label = f"{name}/{TASK_NAMES.get(task, task)}"
@@ -335,6 +356,8 @@ def claim_lexical_not_structural(types: pd.DataFrame) -> tuple[str, str]:
 
 
 def claim_structural_near_zero(types: pd.DataFrame) -> tuple[str, str]:
+    """Petty: structural generalization stays near 0 at every depth; holds if the seed interval of the deepest model's
+    structural accuracy lies below FLOOR, does not hold if above it."""
     parts, verdicts = [], []
     for (name, task), g in types.groupby(["size_class", "task"]):
         label = f"{name}/{TASK_NAMES.get(task, task)}"
@@ -401,6 +424,9 @@ def pick_steps(g: pd.DataFrame) -> str:
 
 
 def claim_equal_loss(sel: pd.DataFrame, task: str) -> tuple[str, str]:
+    """Petty's control: at equal in-distribution loss, deeper models still generalize better; decided on the depth
+    contrast of the matched models, not testable where the matched losses miss the threshold by more than
+    EQUAL_LOSS_TOLERANCE."""
     parts, verdicts = [], []
     sel = sel.dropna(subset=["accuracy"])
     for name, g in sel.groupby("size_class"):
@@ -428,6 +454,8 @@ LATENCY_R2 = 0.9  # "strongly linear"
 
 
 def claim_latency_linear(lat: pd.DataFrame) -> tuple[str, str]:
+    """Petty: step time grows linearly with depth; holds if the slope's interval over depths lies above 0 and the linear
+    fit's R^2 reaches LATENCY_R2, not testable if the interval spans 0."""
     parts, verdicts = [], []
     for name, g in lat.groupby("size_class"):
         g = g.sort_values("n_layers")
@@ -454,6 +482,8 @@ def claim_latency_linear(lat: pd.DataFrame) -> tuple[str, str]:
 
 
 def claim_rank_deficient(summary: pd.DataFrame) -> tuple[str, str]:
+    """Petty: as d_model/d_ff grows the projections approach rank-deficient maps; holds if the spectral skew training
+    adds rises with d_model/d_ff beyond the 2.5% tail of a permutation test."""
     parts, verdicts = [], []
     alpha = (1 - LEVEL) / 2
     for (name, proj), g in summary[summary.label == "trained"].groupby(["size_class", "projection"]):

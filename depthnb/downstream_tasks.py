@@ -75,11 +75,14 @@ def _read_json(file: str):
 
 
 def load_svamp() -> dict[str, list[dict]]:
+    "SVAMP's problems from the data mirror as the `test` split of math docs (body and question, worked answer)."
     return {"test": [_math_doc(f"{d['Body'].strip()} {d['Question'].strip()}", d["Equation"], float(d["Answer"]))
                      for d in _read_json("svamp/SVAMP.json")]}
 
 
 def load_asdiv() -> dict[str, list[dict]]:
+    """ASDiv's problems with one numeric answer from the data mirror as the `test` split of math docs (ratios and
+    multi-answer problems left out)."""
     docs = []
     for p in ET.parse(data_path("asdiv/ASDiv.xml")).getroot().iter("Problem"):
         answer = p.findtext("Answer").split(" (")[0].strip()
@@ -102,22 +105,26 @@ def _mawps_expression(equation: str) -> str | None:
 
 
 def load_mawps(subset: str) -> dict[str, list[dict]]:
+    "The MAWPS `subset`'s problems from the data mirror as the `test` split of math docs (question, worked answer)."
     return {"test": [_math_doc(d["sQuestion"], _mawps_expression(d["lEquations"][0]), float(d["lSolutions"][0]))
                      for d in _read_json(f"mawps/{subset}.json")]}
 
 
 def load_gsm8k() -> dict[str, list[dict]]:
+    "GSM8K's train and test splits from the data mirror, one question/answer doc per JSON line."
     def read(split):
         return [json.loads(line) for line in data_path(f"gsm8k/{split}.jsonl").read_text().splitlines() if line]
     return {"train": read("train"), "test": read("test")}
 
 
 def load_nq_open() -> dict[str, list[dict]]:
+    "NQ-Open's dev set from the data mirror (`NQ-open.dev.jsonl`) as the `validation` split of question/answer docs."
     lines = data_path("nq_open/NQ-open.dev.jsonl").read_text(encoding="utf-8").splitlines()
     return {"validation": [json.loads(line) for line in lines if line]}
 
 
 def load_webquestions() -> dict[str, list[dict]]:
+    "WebQuestions' test split from the data mirror, as question/answers docs."
     return {"test": [{"question": d["qText"], "answers": d["answers"]} for d in _read_json("webquestions/test.json")]}
 
 # %% ../nbs/07b_downstream_tasks.ipynb #8cbd52c4

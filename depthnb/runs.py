@@ -278,6 +278,7 @@ class MetricsLog:
 
 
 def json_lines(path: Path) -> list[dict]:
+    "The records of a JSON-lines file, skipping a line that does not parse (one torn by a kill mid-write)."
     out = []
     for line in path.read_text().splitlines():
         with contextlib.suppress(json.JSONDecodeError):  # a line torn by a kill mid-write
@@ -312,6 +313,7 @@ KEEP_CHECKPOINTS = 2  # rotating full checkpoints kept per run
 
 
 def step_file(step: int) -> str:
+    "The checkpoint file name of `step`, zero-padded so names sort by step (`step_00000100.pt`)."
     return f"step_{step:08d}.pt"
 
 
@@ -349,6 +351,8 @@ def sharded_checkpoint_dir(run_dir: Path | str, step: int) -> Path:
 
 # %% ../nbs/02a_runs.ipynb #0d7d30ec
 def model_from_state(state: dict) -> DecoderLM:
+    """The `DecoderLM` a saved state describes (its `model_config`, or a full checkpoint's run config), with its weights
+    loaded."""
     if "model_config" in state:
         cfg = from_dict(ModelConfig, state["model_config"])
     else:  # a full checkpoint: the model config is part of the run config

@@ -121,6 +121,7 @@ def at_floor(acc: pd.DataFrame, value: str = "accuracy", by: str = "n_layers") -
 
 # %% ../nbs/08b_seeds.ipynb #95a754be
 def pct(x: float) -> str:
+    "A fraction as a percentage with one decimal (0.123 -> '12.3%')."
     return f"{100 * x:.1f}%"
 
 

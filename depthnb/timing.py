@@ -25,6 +25,7 @@ __all__ = ['sync_device', 'tensor_bytes', 'timed_segment', 'alternate', 'environ
 
 # %% ../nbs/11b_timing.ipynb #e1f4505d
 def sync_device(device: torch.device) -> None:
+    "Wait until the work queued on a CUDA `device` has finished, so a clock reads finished work (no-op elsewhere)."
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 
