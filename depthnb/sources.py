@@ -29,9 +29,9 @@ from .runs import atomic_write_text, sha256_file
 
 
 # %% auto #0
-__all__ = ['RAW_URL', 'CORPORA', 'EVAL_SETS', 'data_dir', 'cache_dir', 'default_mirror', 'DataFile', 'Dataset', 'registry',
-           'expand_parts', 'FetchError', 'check_file', 'is_verified', 'notice', 'fetch_data', 'fetch_files',
-           'data_path', 'corpus_inputs', 'pretraining_texts']
+__all__ = ['RAW_URL', 'CORPORA', 'EVAL_SETS', 'data_dir', 'cache_dir', 'default_mirror', 'checkout_relative', 'DataFile',
+           'Dataset', 'registry', 'expand_parts', 'FetchError', 'check_file', 'is_verified', 'notice', 'fetch_data',
+           'fetch_files', 'data_path', 'corpus_inputs', 'pretraining_texts']
 
 # %% ../nbs/02b_sources.ipynb #9adc6803
 RAW_URL = "https://raw.githubusercontent.com/{repo}/{commit}/{path}"  # canonical download location
@@ -54,6 +54,12 @@ def default_mirror() -> Path | None:
         return None if env.strip().lower() in ("", "none") else Path(env)
     shared = repo_root().parent / "shared" / "data"
     return shared if shared.is_dir() else None
+
+
+def checkout_relative(path: str | Path) -> str:
+    "`path` as messages show it: relative to the checkout when in it or beside it (`data/cache`, `../shared/data`)."
+    path, root = Path(path).resolve(), repo_root()
+    return os.path.relpath(path, root) if path.is_relative_to(root.parent) else str(path)
 
 # %% ../nbs/02b_sources.ipynb #07785a37
 @dataclass(frozen=True)
