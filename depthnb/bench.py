@@ -189,8 +189,8 @@ RESULTS_HEADER = """# Benchmark results
 Appended by `depthnb bench --record` (see `benchmarks/README.md`); never edited by hand.
 Each section is one run: its command, machine, software, shapes and measured numbers.
 `ratio` = depthnb tokens/s ÷ reference tokens/s measured in the same process (alternating rounds);
-`ratio_95%`: 95% interval of the geometric mean of the rounds' paired ratios (Student-t on the log scale; from stop 28
-on), which can differ from the ratio of medians.
+`ratio_95%`: 95% interval of the geometric mean of the rounds' paired ratios (Student-t on the log scale;
+NaN with a single round), which can differ from the ratio of medians.
 """
 
 

@@ -162,9 +162,9 @@ PRESETS: dict[str, Preset] = {
 PRESETS["gpu"] = replace(
     PRESETS["small"],
     name="gpu",
-    description="Two 15-minute windows on one H100/H200 (benchmarks/gpu_plan.py): the small preset's 41M family "
+    description="`small` cut to fit short GPU jobs on one H100/H200 (benchmarks/gpu_plan.py): its 41M family "
                 "and 12-layer MIDAS study at an eighth of its steps, eager, next to the GPU benchmarks.",
-    hardware="1x NVIDIA H100/H200, 15-minute device windows",
+    hardware="1x NVIDIA H100/H200, short jobs",
     pretrain=replace(PRESETS["small"].pretrain,
                      data=replace(PRESETS["small"].pretrain.data, max_train_docs=50_000, tokenizer_docs=50_000),
                      steps=500, warmup_steps=50, eval_every=125, eval_sequences=64, ckpt_every=100, n_snapshots=8,

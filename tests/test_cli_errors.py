@@ -1,5 +1,5 @@
 """Bad command lines get one line, `depthnb CMD: error: ...`, a non-zero exit (2: a bad argument), no traceback,
-and write nothing: the 13 command lines a new user tried (issue 16), run through the console script's `main`."""
+and write nothing: 13 command lines a new user might try, run through the console script's `main`."""
 import pytest
 import torch
 

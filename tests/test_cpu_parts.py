@@ -1,4 +1,4 @@
-"""The `cpu` preset in parts (issue 32): the parts resolve and fit the sizing study's 2-hour budget, `reproduce` runs
+"""The `cpu` preset in parts: the parts resolve and fit the sizing study's 2-hour budget, `reproduce` runs
 each part once and pools them, `seeds.pool_parts` pairs by seed across parts, MIDAS -> COGS gets a paired interval
 from three stacking seeds, and the training commands default to the reproduction's one thread. Nothing is trained."""
 import shutil
@@ -20,7 +20,7 @@ from depthnb.seeds import pool_parts
 from depthnb.train import WORKER_ENV
 
 PARTS = PRESETS["cpu"].parts
-BUDGET_MINUTES = 120  # each part on a fresh clone, install included (issue 32)
+BUDGET_MINUTES = 120  # each part on a fresh clone, install included
 
 
 def test_parts_resolve():

@@ -1,4 +1,4 @@
-"""Issue 15, bring your own benchmark: a folder of real TSV files and a local `hf:` dataset go through
+"""Bring your own benchmark: a folder of real TSV files and a local `hf:` dataset go through
 `depthnb pretrain` -> `depthnb finetune --tasks` -> `depthnb evaluate` at a shrunken `tiny` preset, with
 per-category accuracy in the results; a malformed line is refused as FILE:LINE before anything is written."""
 import json

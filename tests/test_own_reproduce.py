@@ -1,4 +1,4 @@
-"""Issue 34, your own benchmark through the whole reproduction: `depthnb reproduce` with a folder task (a few real COGS
+"""Your own benchmark through the whole reproduction: `depthnb reproduce` with a folder task (a few real COGS
 rows in COGS's own TSV layout, 17 generalization categories) and with a local `hf:` dataset, offline, through every
 experiment notebook that reads the preset's tasks, at a scale below `tiny`. The task must show in Table 1, the token
 report, Figure 4, its per-category figure (a page wide) and table, the controls and the fidelity summary."""

@@ -120,7 +120,7 @@ def test_activation_bytes_are_the_saved_tensors(changes):
 
 
 def test_saunshi_8b_needs_fsdp():
-    "Issue 31's acceptance: the 8B model does not fit one 80 GB GPU under DDP, and fits under FSDP on 8."
+    "The 8B model does not fit one 80 GB GPU under DDP, and fits under FSDP on 8."
     usable = USABLE_MEMORY * GPUS["h100"].memory_gib
     t = plan_table("saunshi", gpus=8, gpu="h100").set_index("run")
     for run in ("8B baseline", "8B midas b=9 Prop-2"):

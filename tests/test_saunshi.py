@@ -1,4 +1,4 @@
-"""Saunshi et al.'s setup (issue 31): the `saunshi` preset's rows (UL2 on the Llama mixture, 32000 pieces + UL2's
+"""Saunshi et al.'s setup: the `saunshi` preset's rows (UL2 on the Llama mixture, 32000 pieces + UL2's
 reserved ids, FSDP exactly where the planner says DDP does not fit), the mixture as a pretraining corpus on local
 stand-ins, AdaFactor refused under FSDP (and a strict xfail that notices when PyTorch's AdaFactor shards), and the
 `saunshi_tiny` study end to end through torchrun on 2 gloo processes."""
