@@ -28,8 +28,8 @@ from tqdm import tqdm
 from .commands import CommandParser, choices, preset_from_args
 from .config import DataConfig, check_range
 from .runs import atomic_write_text, file_lock, sha256_file
-from .sources import (EVAL_SETS, cache_dir, corpus_inputs, default_mirror, fetch_data, notice, pretraining_texts,
-                             registry)
+from .sources import (EVAL_SETS, cache_dir, checkout_relative, corpus_inputs, default_mirror, fetch_data,
+                             notice, pretraining_texts, registry)
 
 
 # %% auto #0
@@ -183,8 +183,11 @@ class Tokenizer:
     def __setstate__(self, state):
         self.__init__(state["path"], state["proto"])
 
-    def __repr__(self) -> str:
-        return f"Tokenizer(vocab_size={self.vocab_size}, path={str(self.path)!r})"
+    def __repr__(self) -> str:  # a file in the cache is shown under <cache> (`cache_dir()`), as the packed arrays record it
+        shown = None if self.path is None else _cache_relative(self.path)
+        if shown is not None and not Path(shown).is_absolute():
+            shown = f"<cache>/{shown}"
+        return f"Tokenizer(vocab_size={self.vocab_size}, path={shown!r})"
 
 
 def load_tokenizer(path: str | Path) -> Tokenizer:
@@ -605,7 +608,8 @@ def cli_data(argv: list[str] | None = None) -> int:
         preset = preset_from_args(args) if args.prepare else None
         mirror = default_mirror() if args.mirror is None else (None if args.mirror.lower() in ("", "none") else Path(args.mirror))
         print(f"depthnb data: fetching {', '.join(only or [n for n, d in reg.items() if d.files])} "
-              f"from {'mirror ' + str(mirror) if mirror else 'the canonical sources'} into {cache_dir() / 'raw'}")
+              f"from {'mirror ' + checkout_relative(mirror) if mirror else 'the canonical sources'} "
+              f"into {checkout_relative(cache_dir() / 'raw')}")  # paths in or beside the checkout: relative to it
         paths = fetch_data(only, mirror=mirror if mirror is not None else "none", verify=True, log=print)
         print(f"depthnb data: {len(paths)} files verified")
         if preset is not None:
