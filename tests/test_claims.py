@@ -730,6 +730,8 @@ def test_latency_verdicts_and_evidence():
     evidence, verdict = claim_latency_linear(latency_table([0.0907, 0.0831, 0.1011, 0.0997, 0.1102]))
     assert verdict == "not testable"
     assert "; the slope's interval spans 0: depth moves the step time less than the timing noise" in evidence
+    two = pd.DataFrame(dict(size_class="c", n_layers=[1, 2], seconds=[0.1, 0.2], device="cpu"))
+    assert claim_latency_linear(two)[1] == "not testable"  # two depths: a line, but no interval
 
 
 def table6(arithmetic, no_calculator, calculator) -> pd.DataFrame:
