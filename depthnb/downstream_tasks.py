@@ -358,9 +358,9 @@ def lm_eval_task_files() -> dict[str, str]:
     return {f"{c['task']}.yaml": task_yaml(c) for c in configs}
 
 
-def write_lm_eval_tasks(folder: str | Path = TASKS_DIR) -> list[Path]:
+def write_lm_eval_tasks(folder: str | Path | None = None) -> list[Path]:
     "Write every depthnb task's YAML into `folder` (default: the package's, which `--include_path` takes); stale files removed."
-    folder = Path(folder)
+    folder = Path(folder) if folder is not None else TASKS_DIR  # None: the docs show a signature's default
     folder.mkdir(parents=True, exist_ok=True)
     files = lm_eval_task_files()
     for old in folder.glob("*.yaml"):
