@@ -756,3 +756,16 @@ def test_arithmetic_poor_without_a_calculator():
     assert claim_arithmetic_poor(table6((1.0, 2.0), (3.0, 4.0), (5.03, 5.0)))[1] == "holds"  # just above the floor
     evidence, verdict = claim_arithmetic_poor(table6((12.0, 10.0), (15.0, 14.0), (40.0, 45.0)).iloc[:2])
     assert (evidence, verdict) == ("no Pre-school math (PSM), with calculator row at this preset", "not testable")
+
+
+def test_rules_go_on_past_a_class_they_leave_out():
+    "A size class a rule cannot test is left out, and the next class still decides."
+    two = pd.concat([ppl_table(lambda d: 4.1 + 0.02 * d).assign(size_class="a"),
+                     ppl_table(lambda d: 4.1 + 0.03 * (d - 3) ** 2).assign(size_class="b")])
+    evidence, verdict = claim_narrow_degrades(two, "v")
+    assert verdict == "holds" and "perplexity does not fall from 1 to 2 layers" in evidence.split("; b: ")[0]
+
+
+def test_midas_beats_gradstack_needs_a_gradstack_run():
+    t1 = pd.DataFrame(dict(method=["baseline", "midas"], valid_loss=[2.0, 1.99]))
+    assert claim_midas_beats_gradstack(t1, None, "v") == ("no GradStack run at this preset", "not testable")
