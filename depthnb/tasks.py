@@ -47,8 +47,11 @@ class TaskFormatError(ValueError):
 
 def read_tsv(path: str | Path, columns: tuple[int, ...] = (2, 3),
              names: tuple[str, ...] = ("input", "target", "category")) -> list[tuple[str, ...]]:
-    "The rows of a tab-separated file with one of `columns` fields per line, none of them empty."
+    """The rows of a tab-separated file with one of `columns` fields per line, none of them empty; an error names
+    the file relative to the current folder when it lies inside it (as typed there), else as given."""
     path = Path(path)
+    if path.is_absolute() and path.is_relative_to(Path.cwd()):
+        path = path.relative_to(Path.cwd())
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such task file")
     data = path.read_bytes()
