@@ -34,13 +34,14 @@ from .site_results import (escape_pseudo_tags, experiment_owners, experiment_res
 from .sitecheck import BROWSER_REQUIREMENTS, CHECKED_PAGES, MATH_PAGES, check_site
 
 # %% auto #0
-__all__ = ['DOCS_REQUIREMENTS', 'NO_DOCSTRING', 'SITE_CSS', 'CLAIM_PAGES', 'PLAN_PAGE', 'PLAN_PRESETS', 'find_root',
-           'read_settings', 'SitePages', 'site_pages', 'process_notebooks', 'page_source', 'split_directives',
-           'front_matter', 'title_and_summary', 'fix_links', 'short_default', 'short_signature', 'show_doc_markdown',
-           'undocumented', 'myst_notebook', 'fallback_anchors', 'gallery_markdown', 'page_name', 'notebooks_table',
-           'mathjax_static', 'sphinx_conf', 'toctree', 'insert_after_heading', 'claims_markdown', 'plan_markdown',
-           'built_sources', 'add_offline_search', 'DocsBuild', 'missing_requirements', 'install_requirements',
-           'write_site_source', 'build_docs', 'html_table_markdown', 'readme_markdown', 'write_readme', 'main']
+__all__ = ['DOCS_REQUIREMENTS', 'NO_DOCSTRING', 'SITE_CSS', 'CLAIM_PAGES', 'PLAN_PAGE', 'PLAN_PRESETS', 'HOME_FOLD_ROWS',
+           'find_root', 'read_settings', 'SitePages', 'site_pages', 'proc_error', 'process_notebooks', 'page_source',
+           'split_directives', 'front_matter', 'title_and_summary', 'fix_links', 'short_default', 'short_signature',
+           'show_doc_markdown', 'undocumented', 'myst_notebook', 'fallback_anchors', 'gallery_markdown', 'page_name',
+           'notebooks_table', 'folded', 'fold_tables', 'mathjax_static', 'sphinx_conf', 'toctree',
+           'insert_after_heading', 'claims_markdown', 'plan_markdown', 'built_sources', 'add_offline_search',
+           'DocsBuild', 'missing_requirements', 'install_requirements', 'write_site_source', 'build_docs',
+           'html_table_markdown', 'readme_markdown', 'write_readme', 'main']
 
 # %% ../nbs/12_docs.ipynb #c2f34bde
 DOCS_REQUIREMENTS = ("sphinx>=8", "myst-nb>=1.2", "sphinx-book-theme>=1.1", "sphinx-mathjax-offline>=0.0.2")
@@ -98,15 +99,27 @@ def _proc_one(src: str, dst: str) -> None:
     write_nb(nb, dst)
 
 
+def proc_error(output: str) -> str:
+    """What a failed `_proc_one` says, in one line: the notebook, the first line of the cell that failed and the exception
+    (nbdev's own message numbers the cell among its processed cells and names no error); else its last lines."""
+    where = re.search(r"^Exception: Error(?: in notebook: (.*))? in cell \d+ :\n(.*)$", output, flags=re.M)
+    head, sep, _ = output.partition("The above exception was the direct cause of the following exception")
+    cause = [l for l in head.strip().splitlines() if l.strip()][-1:] if sep else []
+    if where and cause:
+        title = f"notebook {where.group(1)!r}, " if where.group(1) else ""
+        return (f"{title}the cell starting {where.group(2).strip()!r}: {cause[0].strip()} (nbdev runs each code cell "
+                "that exports, imports or calls show_doc when it makes the docs; such a cell must not need the cells it skips)")
+    return "\n".join([l for l in output.strip().splitlines() if l.strip()][-3:])
+
+
 def _proc_in_subprocess(root: Path, src: Path, dst: Path) -> str | None:
-    "Run `_proc_one` in a fresh interpreter (cwd: `nbs/`); the error's last lines, or None."
+    "Run `_proc_one` in a fresh interpreter (cwd: `nbs/`); what went wrong (`proc_error`), or None."
     code = f"from depthnb.docs import _proc_one; _proc_one({str(src)!r}, {str(dst)!r})"
     r = subprocess.run([sys.executable, "-c", code], cwd=root / "nbs", capture_output=True, text=True)
     if r.returncode == 0 and dst.exists():
         return None
     dst.unlink(missing_ok=True)
-    lines = [l for l in (r.stderr or r.stdout).strip().splitlines() if l.strip()]
-    return "\n".join(lines[-3:]) or f"exit code {r.returncode}"
+    return proc_error(r.stderr or r.stdout) or f"exit code {r.returncode}"
 
 
 def process_notebooks(root: Path, notebooks: list[Path], force: bool = False, n_workers: int = 2,
@@ -409,19 +422,49 @@ def notebooks_table(nbs_path: Path, pages: SitePages, link) -> str:
         rows.append(f"| [{rel.with_suffix('').as_posix()}]({link(rel)}) — {title or rel.stem} | {what} |")
     return "\n".join(rows)
 
+
+def folded(summary: str, body: str) -> str:
+    "`body` (Markdown or HTML) in a closed `<details>` block; `summary` (HTML) is what shows until a reader opens it."
+    return f"<details>\n<summary>{summary}</summary>\n\n{body}\n\n</details>"
+
+
+def _table_cells(row: str) -> list[str]:
+    "The cells of one pipe-table row (`\\|` is a pipe inside a cell)."
+    return [c.strip() for c in re.split(r"(?<!\\)\|", row.strip().removeprefix("|").removesuffix("|"))]
+
+
+def fold_tables(markdown: str, min_rows: int = 8) -> str:
+    "`markdown` with each pipe table of at least `min_rows` rows `folded`, the summary naming its columns (code blocks kept)."
+    lines, out, i, fence = markdown.split("\n"), [], 0, None
+    while i < len(lines):
+        line = lines[i]
+        if m := re.match(r"\s*(```+|~~~+)", line):  # a table inside a code block is code
+            fence = None if fence and m.group(1).startswith(fence) else fence or m.group(1)
+        j = i
+        while fence is None and j < len(lines) and lines[j].lstrip().startswith("|"):
+            j += 1
+        block = lines[i:j]
+        if len(block) >= 2 + min_rows and set(block[1].replace(" ", "")) <= set("|:-") and "-" in block[1]:
+            head = " · ".join(html.escape(c.strip("`*")) for c in _table_cells(block[0]))
+            out.append(folded(f"The table: {head} ({len(block) - 2} rows)", "\n".join(block)))
+            i = j
+        else:
+            out += block or [line]
+            i = max(j, i + 1)
+    return "\n".join(out)
+
 # %% ../nbs/12_docs.ipynb #f7848d2c
 SITE_CSS = """
 a.nbdev-source { float: right; font-size: smaller; }
-.depthnb-gallery { display: grid; grid-template-columns: repeat(auto-fill, minmax(18rem, 1fr)); gap: 1rem; }
-.depthnb-gallery figure { margin: 0; }
-.depthnb-gallery img { width: 100%; height: auto; border: 1px solid var(--pst-color-border); }
 table.dataframe td, table.dataframe th { text-align: right; padding: 0.15rem 0.6rem; }
 details { margin: 0.5rem 0; }
 @media (min-width: 960px) { #pst-header { display: none; } }  /* the sidebar has the search box */
 details > summary { cursor: pointer; }
-.depthnb-gallery { display: grid; grid-template-columns: repeat(auto-fill, minmax(12rem, 1fr)); gap: 0.8rem; margin: 0.6rem 0; }
-.depthnb-thumb { margin: 0; font-size: 0.8rem; line-height: 1.25; }
-.depthnb-thumb img { width: 100%; height: 9rem; object-fit: contain; border: 1px solid var(--pst-color-border); background: white; }
+details > summary code { font-size: 0.85em; }
+.depthnb-gallery { display: grid; grid-template-columns: repeat(auto-fill, minmax(9rem, 1fr)); gap: 0.6rem; margin: 0.6rem 0; }
+.depthnb-thumb { margin: 0; font-size: 0.75rem; line-height: 1.2; }
+.depthnb-thumb img { width: 100%; height: 6.5rem; object-fit: contain; border: 1px solid var(--pst-color-border); background: white; }
+.depthnb-thumb figcaption { display: -webkit-box; -webkit-box-orient: vertical; -webkit-line-clamp: 3; overflow: hidden; }
 .depthnb-figure { margin: 1rem 0; }
 .depthnb-figure img { max-width: 100%; height: auto; border: 1px solid var(--pst-color-border); }
 .depthnb-figure figcaption, .depthnb-caption { font-size: 0.85rem; }
@@ -465,7 +508,9 @@ def sphinx_conf(settings: dict[str, str], mathjax_dir: str | None = None) -> str
         html_show_sourcelink=False, html_copy_source=False, html_last_updated_fmt=None,
         html_theme_options=dict(repository_url=settings.get("git_url", ""), repository_branch=settings.get("branch", "main"),
                                 path_to_docs="nbs", use_repository_button=True, home_page_in_toc=True,
-                                show_toc_level=2, show_navbar_depth=1),
+                                show_toc_level=2, show_navbar_depth=1,
+                                # the home page is read from top to bottom: its width goes to the text, not an "on this page" column
+                                secondary_sidebar_items={"**": ["page-toc.html"], "index": []}),
     )
     return "# Generated by depthnb.docs (nbs/12_docs.ipynb); edit that notebook, not this file.\n" + "".join(
         f"{k} = {v!r}\n" for k, v in conf.items())
@@ -616,6 +661,9 @@ def install_requirements(requirements=DOCS_REQUIREMENTS) -> list[str]:
     return missing
 
 
+HOME_FOLD_ROWS = 8  # the home page folds its tables of this many rows or more
+
+
 def write_site_source(root: Path, pages: SitePages, log=print, preset: str = "tiny") -> tuple[Path, list[str], dict[Path, str]]:
     """Write `_proc/_site/`: MyST-NB notebooks, the Results and report pages, `conf.py`, CSS, and under `_extra/` the
     committed figures and CSVs the pages link to. Returns (folder, site paths, failures)."""
@@ -656,10 +704,14 @@ def write_site_source(root: Path, pages: SitePages, log=print, preset: str = "ti
         if executed[nb] != nbs_path / nb:
             out.cells.insert(1, nbformat.v4.new_markdown_cell(
                 f"*Outputs from `{executed[nb].relative_to(root).as_posix()}`, executed by `depthnb reproduce --preset {preset}`.*"))
-        if nb == pages.home:
-            insert_after_heading(out, "## The notebooks", notebooks_table(nbs_path, SitePages(
-                pages.home, [c for c in pages.components if c in ok], [e for e in pages.experiments if e in ok]),
-                lambda rel: names[rel.as_posix()]))
+        if nb == pages.home:  # long tables folded, the notebooks listed folded, the gallery, the navigation
+            for cell in out.cells:
+                if cell.cell_type == "markdown":
+                    cell.source = fold_tables(cell.source, HOME_FOLD_ROWS)
+            listed = SitePages(pages.home, [c for c in pages.components if c in ok], [e for e in pages.experiments if e in ok])
+            insert_after_heading(out, "## The notebooks", folded(
+                f"The {len(listed.components)} component notebooks and {len(listed.experiments)} experiments, "
+                "each with its title and first sentence", notebooks_table(nbs_path, listed, lambda rel: names[rel.as_posix()])))
             insert_after_heading(out, "## Gallery", gallery_html(root, presets, owners, experiment_page))
             strip = lambda nbs: [names[n.as_posix()][:-len(".html")] for n in nbs if n in ok]
             out.cells.append(nbformat.v4.new_markdown_cell(

@@ -367,7 +367,7 @@ def report_markdown(root: Path, preset: str, owners: dict[str, str], experiment_
 # %% ../nbs/12b_site_results.ipynb #9a8b7c6d
 def gallery_html(root: Path, presets: list[str], owners: dict[str, str], experiment_page, page: str = "index.html") -> str:
     """The home page's gallery: per preset, its figures in the papers' order as linked thumbnails (the first preset open,
-    the others folded), then its tables as links to the pages that show them."""
+    the others folded), then its tables as links to the pages that show them (folded)."""
     if not presets:
         return "Nothing reproduced yet: run `make reproduce`, then `make docs`."
     out = []
@@ -378,8 +378,8 @@ def gallery_html(root: Path, presets: list[str], owners: dict[str, str], experim
         thumbs = "".join(thumbnail(o, *output_url(o, owners, page, experiment_page)) for o in figs)
         tables = " · ".join(f'<a href="{html.escape(made or file)}" title="{html.escape(o.caption)}">{html.escape(o.stem)}</a>'
                             for o in outs if o.kind == "table" for file, made in [output_url(o, owners, page, experiment_page)])
-        body = (f'<div class="depthnb-gallery">{thumbs}</div>\n<p class="depthnb-tables"><b>Tables</b> ({sum(o.kind == "table" for o in outs)}), '
-                f"each shown on the page that makes it: {tables}</p>")
+        body = (f'<div class="depthnb-gallery">{thumbs}</div>\n<details class="depthnb-tables"><summary><b>Tables</b> '
+                f'({sum(o.kind == "table" for o in outs)}), each shown on the page that makes it</summary><p>{tables}</p></details>')
         summary = (f"Preset <code>{preset}</code>: {len(figs)} figures; verdicts on the "
                    f'<a href="{relative_url("results.html", page)}#preset-{preset}">Results page</a>, '
                    f'everything in <a href="{relative_url(f"report-{preset}.html", page)}">its report</a>')
