@@ -367,7 +367,8 @@ def myst_notebook(proc_nb: dict, source_nb: dict | None, page: str, doc_url: str
 
 # %% ../nbs/12_docs.ipynb #095b5874
 def fallback_anchors(notebooks: dict[str, nbformat.NotebookNode]) -> int:
-    "Point links to undocumented methods at their class's entry, across `{site path: notebook}`; returns how many."
+    """Point links to undocumented methods at their class's entry, and unlink a name nbdev linked to an entry its page
+    does not have (a private helper: the name stays, as code), across `{site path: notebook}`; returns how many."""
     anchors = {page: set(re.findall(r'<span id="([^"]+)"></span>', "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")))
                for page, nb in notebooks.items()}
     changed = 0
@@ -382,10 +383,20 @@ def fallback_anchors(notebooks: dict[str, nbformat.NotebookNode]) -> int:
             return f"{prefix}{path}#{owner}"
         return m.group(0)
 
+    def unlink(m, page):
+        nonlocal changed
+        name, path, anchor = m.groups()
+        target = posixpath.normpath(posixpath.join(posixpath.dirname(page), path))
+        if anchor == name.lower() and target in anchors and anchor not in anchors[target]:
+            changed += 1
+            return f"`{name}`"
+        return m.group(0)
+
     for page, nb in notebooks.items():
         for c in nb.cells:
             if c.cell_type == "markdown":
                 c.source = re.sub(r'(\]\(|href=")([\w./-]+\.html)#([\w.-]+)', lambda m: fix(m, page), c.source)
+                c.source = re.sub(r'\[`([\w.]+)`\]\(([\w./-]+\.html)#([\w.-]+)\)', lambda m: unlink(m, page), c.source)
     return changed
 
 # %% ../nbs/12_docs.ipynb #23588188
