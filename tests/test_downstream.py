@@ -320,8 +320,8 @@ def test_finetuned_gsm8k_results_sit_beside_the_others(tmp_path):
     assert result_path(snap, "svamp", 5, False, 8).parent == run / "downstream" / "step_00000016"
 
 
-def _rows(method, tasks, acc, calc=False, n=400, missing=None):
-    return [dict(method=method, task=t, title=DOWNSTREAM_TASKS[t].title, group=DOWNSTREAM_TASKS[t].group,
+def _rows(method, tasks, acc, calc=False, n=400, missing=None, seed=0):
+    return [dict(method=method, seed=seed, task=t, title=DOWNSTREAM_TASKS[t].title, group=DOWNSTREAM_TASKS[t].group,
                  calculator=calc, n=0 if missing else n, accuracy=float("nan") if missing else acc,
                  missing=f"{DOWNSTREAM_TASKS[t].title}: {missing}" if missing else None, val_loss=2.0) for t in tasks]
 
@@ -337,13 +337,19 @@ def test_downstream_verdicts():
     assert "0 of 8 examples" in v.loc["§4.3, Tables 1, 5", "evidence"] and "below 31%" in v.loc["§4.3, Tables 1, 5", "evidence"]
     assert v.loc["§3, Tables 1, 4", "verdict"] == v.loc["§4.2, Fig. 3", "verdict"] == "not reproducible here"
     assert f"TyDi QA (GoldP), TyDi QA (no context): {offline}" in v.loc["§4.2, Fig. 3", "evidence"]
-    ahead = pd.DataFrame(_rows("baseline", GROUPS["math"], 0.20, True) + _rows("midas", GROUPS["math"], 0.30, True)
-                         + _rows("baseline", ["gsm8k_finetuned"], 0.10, True) + _rows("midas", ["gsm8k_finetuned"], 0.05, True)
-                         + _rows("baseline", ["gsm8k_finetuned"], 0.10) + _rows("midas", ["gsm8k_finetuned"], 0.11))
+    ahead = pd.DataFrame([r for seed, j in enumerate((0.0, 0.01, -0.01)) for r in  # three stacking seeds per method
+                          _rows("baseline", GROUPS["math"], 0.20 + j, True, seed=seed)
+                          + _rows("midas", GROUPS["math"], 0.30 - j / 2, True, seed=seed)
+                          + _rows("baseline", ["gsm8k_finetuned"], 0.10 + j, True, seed=seed)
+                          + _rows("midas", ["gsm8k_finetuned"], 0.05 + j / 2, True, seed=seed)
+                          + _rows("baseline", ["gsm8k_finetuned"], 0.10 + j, seed=seed)
+                          + _rows("midas", ["gsm8k_finetuned"], 0.11 - j, seed=seed)])
     v = downstream_verdicts(ahead).set_index("claim").verdict
-    assert v[DOWNSTREAM_CLAIMS[1][1]] == "holds"  # math: +10 points on 6 x 400 examples
+    assert v[DOWNSTREAM_CLAIMS[1][1]] == "holds"  # math: +10 points on every seed
     assert v[DOWNSTREAM_CLAIMS[6][1]] == "mixed"  # fine-tuned: behind with the calculator, level without
     assert v[DOWNSTREAM_CLAIMS[5][1]] == "not testable"  # no calculator-off rows: the calculator's effect unmeasured
+    one = downstream_verdicts(ahead[ahead.seed == 0]).set_index("claim").verdict  # the same gaps from one run each
+    assert one[DOWNSTREAM_CLAIMS[1][1]] == one[DOWNSTREAM_CLAIMS[6][1]] == "not testable"
 
 
 def test_prompts_cut_to_fit_the_context_are_counted(model, tok, monkeypatch):
