@@ -45,7 +45,7 @@ def _expected_images(site_source: Path, page: str) -> int:
 
 
 def test_every_notebook_becomes_a_page(site):
-    assert site.failures == {}, f"notebooks nbdev could not process: {site.failures}"
+    assert site.failures == {}, "notebooks nbdev could not process:\n" + "\n".join(f"nbs/{nb}: {err}" for nb, err in site.failures.items())
     assert site.warnings == [], "Sphinx warnings:\n" + "\n".join(site.warnings)
     pages = docs.site_pages(ROOT / "nbs")
     presets = site_results.shown_presets(ROOT)
@@ -90,7 +90,8 @@ def test_results_page_and_experiment_pages(site):
 def test_pages_render_in_chromium(site):
     result = sitecheck.check_site(site.site, sitecheck.CHECKED_PAGES, SCREENSHOTS, chromium=CHROMIUM)
     print(f"browser check: {result.seconds:.0f} s, {len(result.pages)} pages opened, {len(result.crawled)} crawled")
-    assert result.problems(need_math=sitecheck.MATH_PAGES, need_images=("index.html",)) == []
+    problems = result.problems(need_math=sitecheck.MATH_PAGES, need_images=("index.html",))
+    assert problems == [], f"{len(problems)} problems:\n" + "\n".join(problems)
     source = ROOT / "_proc" / "_site"
     checked = {c.page: c for c in result.pages}
     for name in sitecheck.CHECKED_PAGES:
