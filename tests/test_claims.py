@@ -769,3 +769,55 @@ def test_rules_go_on_past_a_class_they_leave_out():
 def test_midas_beats_gradstack_needs_a_gradstack_run():
     t1 = pd.DataFrame(dict(method=["baseline", "midas"], valid_loss=[2.0, 1.99]))
     assert claim_midas_beats_gradstack(t1, None, "v") == ("no GradStack run at this preset", "not testable")
+
+
+def test_narrow_degrades_an_upturn_smaller_than_the_papers_does_not_hold():
+    "Perplexity falls first; the narrow end's interval straddles 0 but lies below the paper's +0.017 nats: does not hold."
+    t = ppl_table(lambda d: 4.1 + 0.4 / min(d, 3))
+    at4 = t[t.n_layers == 4].set_index("seed").loss
+    wobble = pd.Series({0: 0.004, 1: -0.004, 2: 0.002, 3: -0.002})  # deepest minus next per seed: mean 0, hi ~ +0.006
+    deepest = t.n_layers == 6
+    t.loc[deepest, "loss"] = t.loc[deepest, "seed"].map(at4 + wobble).to_numpy()
+    assert claim_narrow_degrades(t.assign(ppl=np.exp(t.loss)), "v")[1] == "does not hold"
+
+
+def test_midas_beats_gradstack_proxy_reads_the_papers_gap():
+    "The single-run proxy interval of GradStack minus MIDAS is read against the paper's gap, not against 0."
+    def family(spread):  # two seeds per depth, `spread` nats apart
+        return pd.DataFrame(dict(size_class="c", split="v", n_layers=[1, 1, 2, 2], seed=[0, 1, 0, 1],
+                                 loss=[4.1, 4.1 + spread, 4.2, 4.2 + spread]))
+    evidence, verdict = claim_midas_beats_gradstack(STACK_T1, family(0.002), "v")  # +0.003, interval ~[-0.006, +0.012]
+    assert verdict == "inconclusive" and evidence.endswith("(the proxy interval alone would say: does not hold). "
+                                                           "Paper: MIDAS lower at every schedule (2.028 vs 2.045, 1B Prop-1).")
+    evidence, verdict = claim_midas_beats_gradstack(STACK_T1, family(0.02), "v")  # wide enough to reach the paper's gap
+    assert verdict == "inconclusive" and "(the proxy interval alone would say: inconclusive)" in evidence
+
+
+def test_similarity_missing_columns_and_midas_below_the_baseline():
+    from depthnb.claims_midas import claim_looped_similarity
+    evidence, verdict = claim_looped_similarity(similarity_table(0.05, seeds=5).drop(columns=["gradstack", "midas"]))
+    assert (evidence, verdict) == ("no gradstack, midas column: the rule compares MIDAS with GradStack and the baseline",
+                                   "not testable")
+    below = similarity_table(0.05, seeds=5)
+    below.loc[below.weight == "ffn.wo", "baseline"] = 0.95  # above MIDAS (~0.65) in one weight type
+    evidence, verdict = claim_looped_similarity(below)
+    assert verdict == "does not hold"  # though MIDAS beats GradStack on every seed (the interval alone: holds)
+    assert "MIDAS above the baseline in 3 of 4 rows" in evidence and evidence.endswith("are most alike.")
+
+
+def chance_table(depth0, depth2, chance=20.0) -> pd.DataFrame:
+    "Table 6's variable-assignment rows at depths 0 and 2, each (MIDAS, baseline) accuracy in %."
+    rows = [("Variable assignment depth 0 (basic)", depth0), ("Variable assignment depth 2 (basic)", depth2)]
+    return pd.DataFrame([{"title": t, "midas": m, "baseline": b, "paper MIDAS": 18.9, "paper baseline": 17.7,
+                          "random guess": chance} for t, (m, b) in rows])
+
+
+def test_depth2_at_chance_reads_the_choice_table_only_when_exact_match_decides_nothing():
+    from depthnb.claims_midas import claim_depth2_at_chance
+    decided = chance_table(depth0=(60.0, 50.0), depth2=(21.0, 19.0))  # beats chance at depth 0, at chance at depth 2
+    at_chance = chance_table(depth0=(20.0, 20.0), depth2=(20.0, 20.0))
+    evidence, verdict = claim_depth2_at_chance(decided, at_chance, 100)
+    assert verdict == "holds" and evidence.startswith("depth 2, MIDAS / baseline: basic 21.0% / 19.0%")
+    assert "midas_table6_choice" not in evidence
+    evidence, verdict = claim_depth2_at_chance(at_chance, decided, 100)
+    assert verdict == "holds" and evidence.startswith("exact match: neither model beats random guessing")
