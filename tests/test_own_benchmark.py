@@ -78,7 +78,7 @@ def test_malformed_line_is_refused_before_anything_is_written(workdir, tmp_path,
     monkeypatch.chdir(tmp_path)
     assert main(["finetune", *SMALL, "--tasks", "cogs_broken"]) == 2
     err = capsys.readouterr().err
-    assert err == (f"depthnb finetune: error: {folder}/train.tsv:1234: expected 3 tab-separated columns (input, target, "
+    assert err == (f"depthnb finetune: error: {folder.relative_to(tmp_path)}/train.tsv:1234: expected 3 tab-separated columns (input, target, "
                    f"category) as on line 1, found 1: {lines[1233].split(chr(9))[0][:80]!r}\n")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cogs_broken"]
     (folder / "train.tsv").unlink()
