@@ -77,7 +77,7 @@ CPU_BASE = Preset(  # what the cpu preset and its parts share; not registered, i
                             eval_examples=200, n_snapshots=24, gen_limit=400, max_new_tokens=160,
                             device="cpu", compile=False),
     task_steps={"cogs_vf": 2000, "geoquery": 1000, "passivization": 1600},
-    control_task="passivization",
+    control_task="geoquery",
     control_references=(6,),
     stack=StackConfig(method="midas", block_size=1, schedule="prop", alpha=1.0),
     stack_layers=4,
@@ -116,7 +116,7 @@ PRESETS: dict[str, Preset] = {
         name="cpu",
         description="Science on 2 CPU cores in three parts of under 2 hours each: the depth family's 1-, 3- and "
                     "6-layer models with ten pretraining seeds (cpu-petty-a, cpu-petty-b) on GeoQuery and "
-                    "passivization with both controls on passivization, and MIDAS vs its baseline on COGS-vf over "
+                    "passivization with both controls on GeoQuery, and MIDAS vs its baseline on COGS-vf over "
                     "eight stacking seeds (cpu-midas); the report pools the parts (sized by experiments/cpu_sizing).",
         seeds=tuple(range(10)),
         stack_seeds=tuple(range(8)),
@@ -272,7 +272,7 @@ CPU_PETTY = ("petty_data", "petty_pretrain", "petty_finetune", "petty_equal_ppl"
 PRESETS["cpu-petty-a"] = replace(
     CPU_BASE, name="cpu-petty-a", seeds=(0, 1, 2, 3, 4), experiments=("petty_shapes", *CPU_PETTY, "petty_latency", "petty_rank"),
     description="Part a of cpu: the depth family's 1-, 3- and 6-layer models, pretraining seeds 0-4, on GeoQuery and "
-                "passivization, both controls on passivization, Figs. 8-9 (112 minutes on a fresh clone).")
+                "passivization, both controls on GeoQuery, Figs. 8-9 (112 minutes on a fresh clone).")
 PRESETS["cpu-petty-b"] = replace(
     CPU_BASE, name="cpu-petty-b", seeds=(5, 6, 7, 8, 9), experiments=CPU_PETTY,
     description="Part b of cpu: part a's runs for pretraining seeds 5-9 (114 minutes on a fresh clone).")

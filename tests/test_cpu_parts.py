@@ -33,7 +33,7 @@ def test_parts_resolve():
                (cpu.pretrain, cpu.finetune, cpu.size_classes, cpu.task_steps)  # one CPU_BASE: nothing repeated
     a, b = load_preset("cpu-petty-a"), load_preset("cpu-petty-b")
     assert not set(a.seeds) & set(b.seeds) and sorted(a.seeds + b.seeds) == list(cpu.seeds) == list(range(10))
-    assert preset_depths(a) == preset_depths(b) == (1, 3, 6) and a.control_task == "passivization"
+    assert preset_depths(a) == preset_depths(b) == (1, 3, 6) and a.control_task == "geoquery"
     assert a.pretrain.n_snapshots == a.finetune.n_snapshots == 24
     assert preset_stack_seeds("cpu-midas") == tuple(range(8)) and "midas_cogs" in load_preset("cpu-midas").experiments
 
