@@ -23,7 +23,8 @@ from matplotlib.patches import Rectangle
 from .analysis import TASK_NAMES, accuracy_by_depth, latency_fit, relative_perplexity
 from .config import PrimitiveConfig
 from .growth import grow_layout
-from .primitives import PRIMITIVE_TASKS, TABLE7_PAPER, ft_summary
+from .paper import TABLE7_PAPER
+from .primitives import PRIMITIVE_TASKS, ft_summary
 from .runs import read_metrics
 from .schedules import stage_depths
 
@@ -282,7 +283,11 @@ def figure_equal_perplexity(metrics: pd.DataFrame, selection: pd.DataFrame, spli
         label = _layers(n) + (" (never reaches)" if never else "") if seed == evals.seed.min() else None
         a.plot(g.step, g.ppl, color="red" if n == reference_depth else blues[n], lw=1.6 if n == reference_depth else 1.2,
                ls=":" if never else "-", label=label)
-    a.axhline(sel.target_ppl.iloc[0], color="red", ls="--", lw=1, label=f"target {sel.target_ppl.iloc[0]:.3g}")
+    targets = sel.groupby("seed").target_ppl.first()
+    label = (f"target {targets.iloc[0]:.3g}" if targets.nunique() == 1
+             else f"targets, one per seed ({targets.min():.3g}-{targets.max():.3g})")
+    for i, target in enumerate(targets.unique()):
+        a.axhline(target, color="red", ls="--", lw=1 if targets.nunique() == 1 else 0.7, label=None if i else label)
     chosen = sel[sel.status.isin(["matched", "between_snapshots"])]
     a.plot(chosen.step, chosen.ppl, "o", color="black", markersize=6, zorder=5, label="chosen snapshots")
     a.set(xlabel="pretraining step", ylabel=f"validation PPL ({split})", title=f"(a) reference depth {reference_depth}")
