@@ -12,7 +12,7 @@ import pandas as pd
 from scipy import stats
 
 from .analysis import TASK_NAMES
-from .primitives import table6_paper
+from .paper import table6_paper
 from .schedules import TABLE1_SPEEDUPS, speedup
 from .seeds import (FLOOR, LEVEL, Interval, at_floor, between_seed_sd, combine, describe, interval_verdict, pct,
                            single_run_interval, t_interval)

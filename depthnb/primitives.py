@@ -24,22 +24,23 @@ import torch.nn.functional as F
 from .config import PrimitiveConfig
 from .optim import make_optimizer, train_step
 from .model import KVCache, generate_many
+from .paper import TABLE6_PAPER, TABLE6_TITLES, TABLE7_PAPER, table6_paper
 
 # %% auto #0
 __all__ = ['PRIMITIVE_TASKS', 'LETTERS', 'COPY_SEQ_LEN', 'COPY_SUB_LEN', 'N_VARS', 'VALUE_RANGE', 'DIGITS', 'ARITHMETIC_SHOTS',
-           'NOT_ENGLISH', 'COPY_WORDS', 'MATH_HEADER', 'CODE_HEADER', 'TABLE6_PAPER', 'FT_TASKS', 'TABLE7_PAPER',
-           'PrimitiveTask', 'three_letter_words', 'get_task', 'make_primitive', 'solve_primitive', 'few_shot',
-           'extract_answer', 'score_primitive', 'table6_paper', 'holdout_set', 'finetune_set', 'output_layer',
-           'LastPositionHead', 'answer_ids', 'complete', 'evaluate_task', 'answer_candidates', 'candidate_logprobs',
-           'choose_answers', 'table6_rows', 'evaluate_primitives', 'table6', 'ft_eval_steps', 'ft_tensors',
-           'answer_loss', 'AnswerLoss', 'minibatches', 'finetune_primitives', 'ft_summary', 'table7']
+           'NOT_ENGLISH', 'COPY_WORDS', 'MATH_HEADER', 'CODE_HEADER', 'FT_TASKS', 'PrimitiveTask', 'three_letter_words',
+           'get_task', 'make_primitive', 'solve_primitive', 'few_shot', 'extract_answer', 'score_primitive',
+           'holdout_set', 'finetune_set', 'output_layer', 'LastPositionHead', 'answer_ids', 'complete', 'evaluate_task',
+           'answer_candidates', 'candidate_logprobs', 'choose_answers', 'table6_rows', 'evaluate_primitives', 'table6',
+           'ft_eval_steps', 'ft_tensors', 'answer_loss', 'AnswerLoss', 'minibatches', 'finetune_primitives',
+           'ft_summary', 'table7']
 
 # %% ../nbs/04_primitives.ipynb #bf9e1641
 @dataclass(frozen=True)
 class PrimitiveTask:
     "One reasoning primitive: how it is generated, what guessing scores, where it sits in Table 6."
     name: str
-    title: str  # as in Table 6 of Saunshi et al.
+    title: str  # as in Table 6 of Saunshi et al. (`paper.TABLE6_TITLES`)
     family: str  # "copy", "var", "psm" or "arithmetic"
     random_guess: float | None  # accuracy of guessing uniformly among the candidates in the prompt
     table6_rows: tuple[int, ...]  # PSM: (no calculator, with calculator)
@@ -48,16 +49,16 @@ class PrimitiveTask:
 
 
 def _tasks() -> dict[str, PrimitiveTask]:
-    tasks = [PrimitiveTask("copy_random", "Copying (random-letter words)", "copy", 0.1, (1,), style="random"),
-             PrimitiveTask("copy_words", "Copying (real words)", "copy", 0.1, (2,), style="words")]
+    tasks = [PrimitiveTask("copy_random", TABLE6_TITLES["copy_random"], "copy", 0.1, (1,), style="random"),
+             PrimitiveTask("copy_words", TABLE6_TITLES["copy_words"], "copy", 0.1, (2,), style="words")]
     row = 3
     for style in ("basic", "math", "code"):
         for depth in (0, 1, 2):
-            tasks.append(PrimitiveTask(f"var_depth{depth}_{style}", f"Variable assignment depth {depth} ({style})",
-                                       "var", 0.2, (row,), style=style, depth=depth))
+            name = f"var_depth{depth}_{style}"
+            tasks.append(PrimitiveTask(name, TABLE6_TITLES[name], "var", 0.2, (row,), style=style, depth=depth))
             row += 1
-    tasks += [PrimitiveTask("psm", "Pre-school math (PSM)", "psm", None, (12, 14)),
-              PrimitiveTask("arithmetic", "Arithmetic-only", "arithmetic", None, (13,))]
+    tasks += [PrimitiveTask("psm", TABLE6_TITLES["psm"], "psm", None, (12, 14)),
+              PrimitiveTask("arithmetic", TABLE6_TITLES["arithmetic"], "arithmetic", None, (13,))]
     return {t.name: t for t in tasks}
 
 
@@ -259,28 +260,6 @@ def score_primitive(task: str, prediction: str, target: str, calculator: bool = 
         raise ValueError(f"score_primitive: calculator=True applies to 'psm' only, not {task!r}")
     return answer.split("=")[0] == target.split("=")[0]
 
-# %% ../nbs/04_primitives.ipynb #154a6a4b
-TABLE6_PAPER = (  # (row, task, calculator, MIDAS %, baseline %)
-    (1, "copy_random", False, 24.3, 14.9), (2, "copy_words", False, 17.8, 10.3),
-    (3, "var_depth0_basic", False, 35.6, 32.1), (4, "var_depth1_basic", False, 20.6, 21.9),
-    (5, "var_depth2_basic", False, 18.9, 17.7), (6, "var_depth0_math", False, 92.8, 50.1),
-    (7, "var_depth1_math", False, 26.5, 19.2), (8, "var_depth2_math", False, 20.4, 18.8),
-    (9, "var_depth0_code", False, 86.0, 49.7), (10, "var_depth1_code", False, 28.3, 21.6),
-    (11, "var_depth2_code", False, 19.5, 19.0), (12, "psm", False, 7.8, 9.6),
-    (13, "arithmetic", False, 9.7, 10.3), (14, "psm", True, 69.5, 62.0),
-)
-
-
-def table6_paper() -> pd.DataFrame:
-    "Table 6 of Saunshi et al. (5-shot accuracy, %), one row per (task, metric)."
-    rows = []
-    for row, task, calc, midas, base in TABLE6_PAPER:
-        t = PRIMITIVE_TASKS[task]
-        title = "Pre-school math (PSM), " + ("with" if calc else "no") + " calculator" if t.family == "psm" else t.title
-        guess = None if t.random_guess is None else 100 * t.random_guess
-        rows.append(dict(row=row, task=task, calculator=calc, title=title, midas=midas, baseline=base, random_guess=guess))
-    return pd.DataFrame(rows)
-
 # %% ../nbs/04_primitives.ipynb #c9b1e7da
 FT_TASKS = ("var_depth1_code", "var_depth2_code")
 
@@ -446,10 +425,11 @@ def table6(results: dict[str, pd.DataFrame], metric: str = "accuracy") -> pd.Dat
     if metric not in ("accuracy", "choice_accuracy"):
         raise ValueError(f"table6: metric={metric!r} is not one of ['accuracy', 'choice_accuracy']")
     out = table6_paper().rename(columns={"midas": "paper MIDAS", "baseline": "paper baseline"})
+    out["random guess"] = [None if (g := PRIMITIVE_TASKS[t].random_guess) is None else 100 * g for t in out.task]
     for name, rows in results.items():
         acc = rows.set_index("row")[metric] * 100
         out.insert(out.columns.get_loc("paper MIDAS"), name, out.row.map(acc))
-    return out.rename(columns={"random_guess": "random guess"}).drop(columns=["task", "calculator"]).set_index("row")
+    return out.drop(columns=["task", "calculator"]).set_index("row")
 
 # %% ../nbs/04_primitives.ipynb #d7d090bb
 def ft_eval_steps(cfg: PrimitiveConfig) -> list[int]:
@@ -553,12 +533,6 @@ def ft_summary(log: pd.DataFrame, cfg: PrimitiveConfig) -> pd.DataFrame:
     return h.groupby(["seed", "task"], as_index=False).agg(**means, n_steps=("step", "nunique"))
 
 # %% ../nbs/04_primitives.ipynb #7e9b31e7
-TABLE7_PAPER = (  # (task, MIDAS mean, MIDAS std, baseline mean, baseline std), %
-    ("var_depth1_code", 68.54, 7.69, 43.75, 5.54),
-    ("var_depth2_code", 44.97, 7.26, 23.88, 1.56),
-)
-
-
 def _mean_std(values) -> str:
     values = [100 * v for v in values]
     if len(values) < 2:

@@ -227,7 +227,8 @@ from depthnb.config import PrimitiveConfig  # noqa: E402
 from depthnb.presets import load_preset
 from depthnb.data import train_tokenizer  # noqa: E402
 from depthnb.model import DecoderLM  # noqa: E402
-from depthnb.primitives import (TABLE6_PAPER, answer_ids, complete, evaluate_primitives, evaluate_task,  # noqa: E402
+from depthnb.paper import TABLE6_PAPER  # noqa: E402
+from depthnb.primitives import (answer_ids, complete, evaluate_primitives, evaluate_task,  # noqa: E402
                                 finetune_primitives, ft_eval_steps, ft_summary, ft_tensors, table6, table7,
                                 answer_loss)
 
