@@ -15,8 +15,8 @@ __all__ = ['SUBCOMMANDS', 'subcommand', 'main']
 SUBCOMMANDS: dict[str, tuple[str, str]] = {  # name: ("module:function", one-line help)
     "data": ("depthnb.data:cli_data", "fetch, verify and cache the datasets"),
     "pretrain": ("depthnb.train:cli_pretrain", "pretrain one model of a preset's depth family"),
-    "finetune": ("depthnb.finetune:cli_finetune", "fine-tune a pretrained model on a compositional task"),
-    "evaluate": ("depthnb.finetune:cli_evaluate", "score a fine-tuned model on a task split"),
+    "finetune": ("depthnb.cmd_finetune:cli_finetune", "fine-tune a pretrained model on a compositional task"),
+    "evaluate": ("depthnb.cmd_finetune:cli_evaluate", "score a fine-tuned model on a task split"),
     "stack": ("depthnb.stacking:cli_stack", "train a baseline, GradStack, MIDAS or progressive run"),
     "downstream": ("depthnb.downstream_tasks:cli_downstream",
                    "score runs on Saunshi's downstream tasks through lm-eval: QA, math, GSM8k, calculator"),

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from .commands import CommandParser, UsageError, choices, preset_from_args
-from .finetune import check_tasks
+from .cmd_finetune import check_tasks
 from .presets import PRESETS
 from .reproduce import EXPERIMENTS, ExperimentFailed, reproduce
 from .tasks import parse_task

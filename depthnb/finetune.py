@@ -8,7 +8,6 @@ from __future__ import annotations
 import copy
 import functools
 import json
-import sys
 import time
 from collections import defaultdict
 from dataclasses import replace
@@ -17,10 +16,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from .commands import (CommandParser, UsageError, add_family_args, family_from_args, preset_from_args,
-                              require_one_run, run_each)
 from .config import DataConfig, FinetuneConfig, ModelConfig, Preset, from_dict, to_dict
-from .presets import get_preset, preset_size_class
+from .presets import get_preset
 from .data import load_tokenizer, train_tokenizer
 from .tasks import (HELD_OUT_SPLIT, TASKS, coverage_warnings, parse_task, task_coverage, task_dataset,
                            task_name)
@@ -38,8 +35,7 @@ __all__ = ['TASK_RECORD', 'encode_example', 'lm_pair', 'collate', 'bucket_batche
            'exact_match', 'token_batches', 'target_loss', 'evaluate', 'run_tokenizer', 'in_distribution_split',
            'generalization_split', 'LazyPairs', 'cached_task', 'finetune', 'finetune_schedule', 'task_info',
            'record_task', 'run_task', 'finetune_on', 'report_coverage', 'finetune_config', 'evaluate_run',
-           'finetune_job', 'refine_finetune', 'finetune_parser', 'by_category', 'check_tasks', 'finetune_selection',
-           'cli_finetune', 'cli_evaluate']
+           'finetune_job', 'refine_finetune']
 
 # %% ../nbs/07_finetune.ipynb #e96f4856
 def encode_example(tokenizer, source: str, target: str) -> tuple[list[int], int]:
@@ -460,111 +456,3 @@ def refine_finetune(run_dir: Path | str, first: int, last: int, every: int = 1, 
     with job_lock(out):
         _finetune(model, record["task"], config, out, tokenizer, cached_task(task), progress, log, schedule, state)
     return str(out)
-
-# %% ../nbs/07_finetune.ipynb #d0ab69e8
-def finetune_parser(prog: str, description: str) -> CommandParser:
-    "The parser of `depthnb finetune` and `depthnb evaluate`: a preset and a selection of its fine-tuning runs."
-    ap = CommandParser(prog, description, threads=True)
-    ap.add_argument("--tasks", default=None, help=f"comma-separated: built-in tasks ({', '.join(TASKS)}), task folders "
-                    "(train.tsv and dev.tsv, test.tsv or gen.tsv) or hf:NAME[:CONFIG][:input=COL][:target=COL]"
-                    "[:category=COL] (default: the preset's)")
-    add_family_args(ap)
-    ap.add_argument("--run-dir", default=None, help="a single fine-tuning run directory (instead of the selection)")
-    ap.add_argument("--no-progress", action="store_true", help="no progress bars")
-    return ap
-
-
-def by_category(result: dict) -> str:
-    "The per-category accuracies of a user task's result as lines to print (nothing for a built-in task)."
-    if "task_source" not in result:
-        return ""
-    return "".join(f"\n  {c}: {v['accuracy']:.3f} (n={v['n']})" for c, v in result["by_category"].items())
-
-
-def check_tasks(tasks) -> list[str]:
-    "The specs of task arguments, every task's files read and checked first (`UsageError` naming file and line)."
-    specs = [parse_task(t).spec for t in tasks if t]
-    for task in dict.fromkeys(specs):
-        try:
-            cached_task(task)
-        except (ValueError, FileNotFoundError) as e:
-            raise UsageError(str(e)) from None
-    return specs
-
-
-def finetune_selection(args) -> list[tuple[Path, str, int, int]]:
-    "(run_dir, task, n_layers, seed) of the runs that parsed arguments select; `UsageError` if one is bad."
-    preset, sc, depths, seeds = family_from_args(args)
-    tasks = check_tasks(args.tasks.split(",") if args.tasks else preset.tasks)  # before anything is written
-    runs = [(finetune_run_dir(preset, sc, n, s, task_name(t)), t, n, s) for t in tasks for n in depths for s in seeds]
-    if args.run_dir:
-        require_one_run("--run-dir", len(runs), "use --tasks T --layers N --seeds S")
-        runs = [(Path(args.run_dir),) + runs[0][1:]]
-    return runs
-
-
-def cli_finetune(argv: list[str] | None = None) -> int:
-    "depthnb finetune [--preset P] [--set K=V ...] [--tasks T,..] [--layers N,..] [--seeds S,..] [--source PATH] [--run-dir D]"
-    ap = finetune_parser("depthnb finetune", "Fine-tune pretrained models of a preset on its tasks and score them; "
-                         "finished runs are skipped, interrupted ones resume.")
-    ap.add_argument("--source", default=None, help="pretrained run directory or snapshot (a single run only; "
-                    "default: the preset's pretraining run of the same depth and seed)")
-    ap.add_argument("--no-eval", action="store_true", help="do not score the generalization split afterwards")
-
-    def command(args) -> int:
-        preset, runs = preset_from_args(args), finetune_selection(args)
-        if args.source:
-            require_one_run("--source", len(runs))
-        if args.source and not Path(args.source).exists():
-            raise UsageError(f"--source {args.source}: no such run directory or weights file")
-        sc = preset_size_class(preset, args.size_class)
-        sources = [Path(args.source) if args.source else pretrain_run_dir(preset, sc, n, seed) for _, _, n, seed in runs]
-        for task in dict.fromkeys(t for _, t, *_ in runs if t not in TASKS):  # before training: a user task's coverage
-            source = next((s for s, (_, t, *_) in zip(sources, runs) if t == task and (args.source or is_done(s))), None)
-            if source is None:  # not pretrained yet: the loop below says so
-                continue
-            fc = finetune_config(preset, 0, task)
-            report_coverage(task, run_tokenizer(source_run_dir(source)), preset.pretrain.model.n_ctx, fc.max_new_tokens,
-                            warn=lambda w: print(f"depthnb finetune: warning: {w}", file=sys.stderr))
-
-        def train(run_dir, task, n, seed, source):
-            if not args.source and not is_done(source):
-                raise RuntimeError(f"{source}: the pretraining run has not finished (run `depthnb pretrain "
-                                   f"--preset {preset.name} --layers {n} --seeds {seed}` first)")
-            finetune_on(source, task, finetune_config(preset, seed, task), run_dir, progress=not args.no_progress)
-
-        def report(run_dir, *_):
-            if not args.no_eval:
-                res = evaluate_run(run_dir, progress=not args.no_progress)
-                print(f"{run_dir}: {res['split']} accuracy {res['accuracy']:.3f} (n={res['n']})" + by_category(res))
-        return run_each([(*run, source) for run, source in zip(runs, sources)], train, finished=is_done, report=report,
-                        note="fine-tuning finished already; nothing to do")
-    return ap.run(command, argv)
-
-
-def cli_evaluate(argv: list[str] | None = None) -> int:
-    "depthnb evaluate [--preset P ...selection...] [--run-dir D] [--split S] [--snapshot F] [--limit N] [--overwrite]"
-    ap = finetune_parser("depthnb evaluate", "Score finished fine-tuning runs by greedy decoding (exact match) on a "
-                         "split; writes eval/<split>.json and predictions.")
-    ap.add_argument("--split", default=None, help="split to score (default: gen, or test where there is no gen)")
-    ap.add_argument("--snapshot", default=None, help="score this snapshot (e.g. snapshots/step_00000050.pt) "
-                    "instead of final.pt")
-    ap.add_argument("--limit", type=int, default=None, help="score a fixed random subset of N examples")
-    ap.add_argument("--overwrite", action="store_true", help="score again even if the result exists")
-
-    def command(args) -> int:
-        runs = finetune_selection(args)
-        if args.limit is not None and args.limit < 1:
-            raise UsageError(f"--limit {args.limit}: out of range; allowed: integers ≥ 1")
-        if args.split:
-            for task in dict.fromkeys(task for _, task, *_ in runs):
-                splits = list(cached_task(task))
-                if args.split not in splits:
-                    raise UsageError(f"unknown split {args.split!r} of task {task}; splits: {', '.join(splits)}")
-        for run_dir, *_ in runs:
-            res = evaluate_run(run_dir, args.split, weights=args.snapshot, limit=args.limit, overwrite=args.overwrite,
-                               progress=not args.no_progress)
-            print(f"{run_dir}: {res['split']} accuracy {res['accuracy']:.3f} (n={res['n']}, {res['seconds']:.1f} s)"
-                  + by_category(res))
-        return 0
-    return ap.run(command, argv)
