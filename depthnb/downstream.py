@@ -12,20 +12,21 @@ import re
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
-from lm_eval.api.model import LM
+from lm_eval.api.model import TemplateLM
 from lm_eval.api.registry import model_registry
+from lm_eval.models.utils import Collator
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 from tqdm.auto import tqdm
 
 from .devices import autocast, resolve_device
 from .finetune import run_tokenizer
-from .model import DecoderLM, KVCache
+from .inference import continuation_scores, greedy_batch
+from .model import DecoderLM
 from .runs import load_model, source_run_dir
 
 # %% auto #0
 __all__ = ['MAX_MAGNITUDE', 'MAX_EXPONENT', 'OPEN', 'CLOSE', 'WORD_BOUNDARY', 'CalculatorError', 'safe_eval', 'format_number',
-           'calculator_edit', 'apply_calculator', 'continuation_text', 'continuation_ids', 'cut_at_stop',
+           'calculator_edit', 'apply_calculator', 'continuation_text', 'continuation_ids', 'round_end', 'cut_at_stop',
            'calculator_step', 'generation_budget', 'greedy_until', 'DepthnbLM']
 
 # %% ../nbs/07a_downstream.ipynb #4c31ec47
@@ -136,44 +137,16 @@ def continuation_ids(tokenizer, text: str) -> list[int]:
     return ids
 
 
-@torch.inference_mode()
-def _decode_round(model: DecoderLM, tokenizer, prompts: list[list[int]], contexts: list[str], done: list[list[int]],
-                  stops: list[list[str]], budgets: list[int], calculator: bool, bf16: bool) -> list[tuple[list[int], str]]:
-    "One batched greedy round after `prompts`: per row (the new token ids, why it ended: eos, stop, calculator or length)."
-    device = next(model.parameters()).device
-    b, t, steps = len(prompts), max(map(len, prompts)), max(budgets)
-    idx = torch.full((b, t), tokenizer.pad_id, dtype=torch.long)
-    mask = torch.zeros((b, t), dtype=torch.long)
-    for row, p in enumerate(prompts):
-        idx[row, t - len(p):], mask[row, t - len(p):] = torch.tensor(p), 1
-    cache = KVCache(len(model.layers), b, model.cfg.n_heads, t + steps, model.cfg.d_attn // model.cfg.n_heads,
-                    device=device, dtype=model.embed.weight.dtype)
-    with autocast(device, bf16):
-        logits = model(idx.to(device), attention_mask=mask.to(device), cache=cache)[0][:, -1]
-    new: list[list[int]] = [[] for _ in range(b)]
-    why: list[str | None] = [None] * b
-    for _ in range(steps):
-        nxt = logits.argmax(-1)
-        for row, token in enumerate(nxt.tolist()):
-            if why[row] is not None:
-                continue
-            if token == tokenizer.eos_id:
-                why[row] = "eos"
-                continue
-            new[row].append(token)
-            text = continuation_text(tokenizer, done[row] + new[row])
-            edit = calculator_edit(contexts[row] + text) if calculator else None
-            if any(s in text for s in stops[row]):
-                why[row] = "stop"
-            elif edit is not None and edit[0] >= len(contexts[row]):
-                why[row] = "calculator"
-            elif len(new[row]) >= budgets[row]:
-                why[row] = "length"
-        if all(w is not None for w in why):
-            break
-        with autocast(device, bf16):
-            logits = model(nxt[:, None], cache=cache)[0][:, -1]
-    return [(new[row], why[row] or "length") for row in range(b)]
+def round_end(tokenizer, context: str, ids: list[int], stops: list[str], calculator: bool) -> str | None:
+    """Why decoding stops after the continuation `ids` of `context`: a stop sequence in it ("stop"), an annotation
+    the calculator completes ("calculator"), or None (it goes on)."""
+    text = continuation_text(tokenizer, ids)
+    if any(s in text for s in stops):
+        return "stop"
+    edit = calculator_edit(context + text) if calculator else None
+    if edit is not None and edit[0] >= len(context):
+        return "calculator"
+    return None
 
 
 def cut_at_stop(text: str, stops: list[str]) -> str:
@@ -206,7 +179,7 @@ def generation_budget(budget: int, n_ctx: int) -> int:
 def greedy_until(model: DecoderLM, tokenizer, contexts: list[str], stops: list[list[str]], budgets: list[int], *,
                  calculator: bool = False, bf16: bool = True) -> list[str]:
     "Greedy continuations of `contexts` (one batch), each cut at its first stop sequence, at most its budget of tokens."
-    n_ctx = model.cfg.n_ctx
+    n_ctx, device = model.cfg.n_ctx, next(model.parameters()).device
     budgets = [generation_budget(b, n_ctx) for b in budgets]
     prompt = [tokenizer.encode(c) or [tokenizer.eos_id] for c in contexts]  # encoded once; continued by token ids
     out: list[list[int]] = [[] for _ in contexts]
@@ -222,9 +195,11 @@ def greedy_until(model: DecoderLM, tokenizer, contexts: list[str], stops: list[l
         if not todo:
             break
         left = [budgets[i] - len(out[i]) for i in todo]
-        rounds = _decode_round(model, tokenizer, [(prompt[i] + out[i])[-(n_ctx - n):] for i, n in zip(todo, left)],
-                               [contexts[i] for i in todo], [out[i] for i in todo], [stops[i] for i in todo], left,
-                               calculator, bf16)
+        with autocast(device, bf16):
+            rounds = greedy_batch(model, [(prompt[i] + out[i])[-(n_ctx - n):] for i, n in zip(todo, left)], left,
+                                  tokenizer.pad_id, tokenizer.eos_id,
+                                  stop=lambda row, new: round_end(tokenizer, contexts[todo[row]], out[todo[row]] + new,
+                                                                  stops[todo[row]], calculator))
         carry = []
         for i, (new, why) in zip(todo, rounds):
             out[i] += new
@@ -234,7 +209,7 @@ def greedy_until(model: DecoderLM, tokenizer, contexts: list[str], stops: list[l
     return [cut_at_stop(continuation_text(tokenizer, ids), s) for ids, s in zip(out, stops)]
 
 # %% ../nbs/07a_downstream.ipynb #de3f3db2
-class DepthnbLM(LM):
+class DepthnbLM(TemplateLM):
     "A depthnb `DecoderLM` and its tokenizer as an lm-evaluation-harness model (greedy; calculator optional)."
 
     def __init__(self, pretrained: str | Path | None = None, *, model: DecoderLM | None = None, tokenizer=None,
@@ -265,8 +240,15 @@ class DepthnbLM(LM):
     def device(self) -> torch.device:
         return self._device
 
+    @property
+    def eot_token_id(self) -> int:
+        return self.tokenizer.eos_id
+
+    def tok_encode(self, string: str, add_special_tokens: bool | None = None, **kwargs) -> list[int]:
+        return self.tokenizer.encode(string)
+
     def _encode_pair(self, context: str, continuation: str) -> tuple[list[int], list[int]]:
-        if not context:
+        if not context:  # as lm-eval's `loglikelihood` does before it asks: EOS is the context
             return [self.tokenizer.eos_id], self.tokenizer.encode(continuation)
         n_spaces = len(context) - len(context.rstrip())
         if n_spaces:
@@ -277,36 +259,21 @@ class DepthnbLM(LM):
             cont = self.tokenizer.encode(continuation)
         return ctx, cont
 
-    @torch.inference_mode()
     def score_tokens(self, pairs: list[tuple[list[int], list[int]]], progress: bool = False) -> list[tuple[float, bool]]:
         "(sum of log p(continuation tokens | context tokens), whether each is the argmax) per pair, batched."
-        rows = []
+        fitted = []
         for ctx, cont in pairs:
             self.truncated["loglikelihood"] += len(ctx) + len(cont) > self.n_ctx + 1
             ids = (ctx + cont)[-(self.n_ctx + 1):]
-            rows.append((ids[:-1], ids[len(ids) - min(len(cont), len(ids) - 1):]))
-        order = sorted(range(len(rows)), key=lambda i: -len(rows[i][0]))
-        out: list = [None] * len(rows)
-        for start in tqdm(range(0, len(order), self.batch_size), disable=not progress, desc="loglikelihood", leave=False):
-            batch = order[start: start + self.batch_size]
-            x = torch.full((len(batch), len(rows[batch[0]][0])), self.tokenizer.pad_id, dtype=torch.long)
-            for r, i in enumerate(batch):
-                x[r, : len(rows[i][0])] = torch.tensor(rows[i][0])
-            with autocast(self.device, self.bf16):
-                logits, _ = self.model(x.to(self.device))
-            logp = F.log_softmax(logits.float(), dim=-1)
-            for r, i in enumerate(batch):
-                inputs, target = rows[i]
-                lp = logp[r, len(inputs) - len(target): len(inputs)]
-                tgt = torch.tensor(target, device=lp.device)
-                out[i] = (lp.gather(-1, tgt[:, None]).sum().item(), bool((lp.argmax(-1) == tgt).all()))
-        return out
+            n = min(len(cont), len(ids) - 1)
+            fitted.append((ids[: len(ids) - n], ids[len(ids) - n:]))
+        with autocast(self.device, self.bf16):
+            return continuation_scores(self.model, fitted, self.tokenizer.pad_id, self.batch_size, progress)
 
-    def loglikelihood(self, requests, disable_tqdm: bool = False) -> list[tuple[float, bool]]:
-        pairs = [self._encode_pair(*req.args) for req in requests]
-        results = self.score_tokens(pairs, progress=not disable_tqdm)
-        for req, res in zip(requests, results):
-            self.cache_hook.add_partial("loglikelihood", req.args, res)
+    def _loglikelihood_tokens(self, requests, disable_tqdm: bool = False) -> list[tuple[float, bool]]:
+        results = self.score_tokens([(ctx, cont) for _, ctx, cont in requests], progress=not disable_tqdm)
+        for (args, _, _), res in zip(requests, results):
+            self.cache_hook.add_partial("loglikelihood", args, res)
         return results
 
     def loglikelihood_rolling(self, requests, disable_tqdm: bool = False) -> list[float]:
@@ -330,17 +297,17 @@ class DepthnbLM(LM):
         self.truncated["generate_until"] += sum(  # prompts whose start is cut so that prompt and budget fit
             len(self.tokenizer.encode(c) or [0]) + generation_budget(budget, self.n_ctx) > self.n_ctx
             for c, (_, budget) in zip(contexts, specs))
-        order = sorted(range(len(requests)), key=lambda i: -len(contexts[i]))
-        out: list = [None] * len(requests)
-        for start in tqdm(range(0, len(order), self.batch_size), disable=disable_tqdm, desc="generate", leave=False):
-            batch = order[start: start + self.batch_size]
+        order = Collator(range(len(requests)), sort_fn=lambda i: -len(contexts[i]))  # longest first
+        out = []
+        for batch in tqdm(order.get_batched(n=self.batch_size), total=math.ceil(len(requests) / self.batch_size),
+                          disable=disable_tqdm, desc="generate", leave=False):
             texts = greedy_until(self.model, self.tokenizer, [contexts[i] for i in batch],
                                  [specs[i][0] for i in batch], [specs[i][1] for i in batch],
                                  calculator=self.calculator, bf16=self.bf16)
             for i, text in zip(batch, texts):
-                out[i] = text
                 self.cache_hook.add_partial("generate_until", requests[i].args, text)
-        return out
+            out += texts
+        return order.get_original(out)
 
     def _generation_spec(self, gen_kwargs: dict) -> tuple[list[str], int]:
         "(stop sequences, token budget) of lm-eval generation arguments; sampling is refused."

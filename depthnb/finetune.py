@@ -21,7 +21,8 @@ from .presets import get_preset
 from .data import load_tokenizer, train_tokenizer
 from .tasks import (HELD_OUT_SPLIT, TASKS, coverage_warnings, parse_task, task_coverage, task_dataset,
                            task_name)
-from .model import DecoderLM, generate_many
+from .inference import generate_many
+from .model import DecoderLM
 from .devices import autocast, maybe_compile, resolve_device
 from .optim import make_optimizer
 from .train import (LoopHooks, LoopSchedule, Window, finished_run, job_lock, kept_checkpoint_steps,

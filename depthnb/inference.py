@@ -161,17 +161,18 @@ def greedy_batch(model: nn.Module, prompts: list[list[int]], budgets: list[int],
 @torch.no_grad()
 def generate_many(model: nn.Module, prompts: list[list[int]], max_new_tokens: int, pad_id: int, eos_id: int,
                   batch_size: int = 64, use_cache: bool = True, progress: bool = False) -> list[list[int]]:
-    "Greedy continuations (token ids, up to EOS) of prompts of any lengths: in batches of similar length, left-padded."
-    was_training = model.training
+    "Greedy continuations (token ids, up to EOS) of prompts of any lengths by `model.generate`: in batches of similar length, left-padded."
+    was_training, device = model.training, next(model.parameters()).device
     model.eval()
     order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
     out: list[list[int]] = [[] for _ in prompts]
     for start in tqdm(range(0, len(order), batch_size), disable=not progress, desc="decode", leave=False):
         batch = order[start:start + batch_size]
-        rows = greedy_batch(model, [prompts[i] for i in batch], [max_new_tokens] * len(batch), pad_id, eos_id,
-                            use_cache=use_cache)
-        for i, (ids, _) in zip(batch, rows):
-            out[i] = ids
+        idx, mask = left_pad([prompts[i] for i in batch], pad_id)
+        gen = model.generate(idx.to(device), max_new_tokens, eos_id=eos_id, use_cache=use_cache,
+                             attention_mask=mask.to(device))
+        for i, row in zip(batch, gen[:, idx.shape[1]:].tolist()):
+            out[i] = row[:row.index(eos_id)] if eos_id in row else row
     model.train(was_training)
     return out
 

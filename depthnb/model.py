@@ -13,19 +13,18 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from fastcore.basics import patch
-from tqdm.auto import tqdm
 from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex_attention
 from torch.utils.checkpoint import checkpoint
 
 from .band import KERNELS, band_attention, band_width, cpu_kernel
 from .config import BAND_IMPLS, ModelConfig
+from .inference import KVCache, greedy_generate
 
 # %% auto #0
-__all__ = ['CAUSAL', 'CAUSAL_SPLIT_MIN_LEN', 'relative_position_bucket', 'RelativePositionBias', 'rope_rotate', 'KVCache',
-           'FlexMask', 'BandMask', 'PrefixMask', 'flex_attend', 'softmax_attention', 'causal_attention', 'attend',
-           'project', 'Attention', 'GatedFFN', 'Layer', 'DecoderLM', 'attention_mask_bias', 'cache_masks',
-           'causal_block_mask', 'prefix_block_mask', 'flex_mask', 'band_mask', 'layer_mask', 'cross_entropy',
-           'extra_params', 'generate_many']
+__all__ = ['CAUSAL', 'CAUSAL_SPLIT_MIN_LEN', 'relative_position_bucket', 'RelativePositionBias', 'rope_rotate', 'FlexMask',
+           'BandMask', 'PrefixMask', 'flex_attend', 'softmax_attention', 'causal_attention', 'attend', 'project',
+           'Attention', 'GatedFFN', 'Layer', 'DecoderLM', 'attention_mask_bias', 'cache_masks', 'causal_block_mask',
+           'prefix_block_mask', 'flex_mask', 'band_mask', 'layer_mask', 'cross_entropy', 'extra_params']
 
 # %% ../nbs/02_model.ipynb #d9e2b4dd
 def relative_position_bucket(distance: torch.Tensor, n_buckets: int = 32, max_distance: int = 128) -> torch.Tensor:
@@ -64,38 +63,6 @@ def rope_rotate(x: torch.Tensor, pos: torch.Tensor, base: float = 10000.0) -> to
     cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
     x1, x2 = x[..., 0::2], x[..., 1::2]
     return torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).flatten(-2)
-
-# %% ../nbs/02_model.ipynb #b897d718
-class KVCache:
-    "Keys and values of every layer for `batch` sequences of up to `max_len` positions."
-    def __init__(self, n_layers: int, batch: int, n_heads: int, max_len: int, d_head: int, device=None, dtype=None):
-        shape = (n_layers, batch, n_heads, max_len, d_head)
-        self.k = torch.zeros(shape, device=device, dtype=dtype)
-        self.v = torch.zeros(shape, device=device, dtype=dtype)
-        self.length = 0  # positions filled so far
-        # what each one-token step's mask is cut from, set by `DecoderLM` at the first call (`cache_masks`)
-        self.padding: torch.Tensor | None = None  # (batch, 1, 1, max_len): -inf at the prompt's padding, else 0
-        self.bias: torch.Tensor | None = None  # (1, n_heads, 1, max_len): the position bias by distance, reversed
-
-    def update(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        "Store this layer's new keys/values at the current position; return all keys/values so far."
-        if self.length == 0 and layer == 0 and k.dtype != self.k.dtype:
-            # keep keys in the dtype they are computed in (bf16 under autocast): an fp32 cache would be cast
-            # back down, whole, by every attention call of every decoding step
-            self.k, self.v = self.k.to(k.dtype), self.v.to(v.dtype)
-        keys, values, t = self.k[layer], self.v[layer], k.shape[2]
-        keys.narrow(2, self.length, t).copy_(k)
-        values.narrow(2, self.length, t).copy_(v)
-        return keys.narrow(2, 0, self.length + t), values.narrow(2, 0, self.length + t)
-
-    def step_mask(self) -> torch.Tensor | None:
-        "The additive mask of one new token at position `length`: its bias row plus the padding of the keys."
-        end = self.length + 1
-        bias = None if self.bias is None else self.bias[..., self.bias.shape[-1] - end:]
-        padding = None if self.padding is None else self.padding[..., :end]
-        if bias is None or padding is None:
-            return padding if bias is None else bias
-        return padding + bias
 
 # %% ../nbs/02_model.ipynb #648fb1b5
 CAUSAL = "causal"  # the `mask` that asks SDPA for its fused causal kernel
@@ -456,55 +423,5 @@ def extra_params(cfg: ModelConfig) -> int:
 @patch
 def generate(self: DecoderLM, idx: torch.Tensor, max_new_tokens: int, eos_id: int | None = None,
              use_cache: bool = True, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
-    "Greedy continuation of `idx` (b, t): returns (b, t + new) with new <= max_new_tokens."
-    with torch.inference_mode():  # no_grad, and no view or version tracking: a step is mostly per-call overhead
-        b, t = idx.shape
-        out = torch.empty(b, t + max_new_tokens, dtype=idx.dtype, device=idx.device)  # filled column by column
-        out[:, :t] = idx
-        mask = torch.ones_like(out)  # a padding mask even without padding: decoding never takes the flex path
-        if attention_mask is not None:
-            mask[:, :t] = attention_mask
-        cache = None
-        if use_cache:
-            cache = KVCache(len(self.layers), b, self.cfg.n_heads, t + max_new_tokens,
-                            self.cfg.d_attn // self.cfg.n_heads, device=idx.device, dtype=self.embed.weight.dtype)
-        logits = self(idx, attention_mask=mask[:, :t], cache=cache)[0][:, -1]
-        done = torch.zeros(b, dtype=torch.bool, device=idx.device)
-        end = t
-        for _ in range(max_new_tokens):
-            nxt = logits.argmax(-1)
-            if eos_id is not None:
-                nxt = torch.where(done, torch.full_like(nxt, eos_id), nxt)
-                done = done | (nxt == eos_id)
-            out[:, end] = nxt
-            end += 1
-            if eos_id is not None and done.all():
-                break
-            if use_cache:
-                logits = self(out[:, end - 1:end], cache=cache)[0][:, -1]
-            else:
-                logits = self(out[:, :end], attention_mask=mask[:, :end])[0][:, -1]
-    return out[:, :end].clone()  # outside inference mode: an ordinary tensor, usable as a later input to autograd
-
-# %% ../nbs/02_model.ipynb #0c94906d
-@torch.no_grad()
-def generate_many(model: nn.Module, prompts: list[list[int]], max_new_tokens: int, pad_id: int, eos_id: int,
-                  batch_size: int = 64, use_cache: bool = True, progress: bool = False) -> list[list[int]]:
-    "Greedy continuations (token ids, up to EOS) of prompts of any lengths by `model.generate`: batched by length, left-padded."
-    was_training, device = model.training, next(model.parameters()).device
-    model.eval()
-    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
-    out: list[list[int]] = [[] for _ in prompts]
-    for start in tqdm(range(0, len(order), batch_size), disable=not progress, desc="decode", leave=False):
-        batch = order[start:start + batch_size]
-        n = max(len(prompts[i]) for i in batch)
-        idx = torch.full((len(batch), n), pad_id, dtype=torch.long)
-        mask = torch.zeros_like(idx)
-        for row, i in enumerate(batch):
-            idx[row, n - len(prompts[i]):], mask[row, n - len(prompts[i]):] = torch.tensor(prompts[i]), 1
-        gen = model.generate(idx.to(device), max_new_tokens, eos_id=eos_id, use_cache=use_cache,
-                             attention_mask=mask.to(device))
-        for i, row in zip(batch, gen[:, n:].tolist()):
-            out[i] = row[:row.index(eos_id)] if eos_id in row else row
-    model.train(was_training)
-    return out
+    "Greedy continuation of `idx` (b, t): returns (b, t + new) with new <= max_new_tokens (`inference.greedy_generate`)."
+    return greedy_generate(self, idx, max_new_tokens, eos_id, use_cache, attention_mask)

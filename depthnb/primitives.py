@@ -5,7 +5,6 @@
 # %% ../nbs/04_primitives.ipynb #1f2e5087
 from __future__ import annotations
 
-import contextlib
 import copy
 import random
 import re
@@ -23,17 +22,16 @@ import torch.nn.functional as F
 
 from .config import PrimitiveConfig
 from .optim import make_optimizer, train_step
-from .model import KVCache, generate_many
+from .inference import LastPositionHead, continuation_scores, generate_many, output_layer
 from .paper import TABLE6_PAPER, TABLE6_TITLES, TABLE7_PAPER, table6_paper
 
 # %% auto #0
 __all__ = ['PRIMITIVE_TASKS', 'LETTERS', 'COPY_SEQ_LEN', 'COPY_SUB_LEN', 'N_VARS', 'VALUE_RANGE', 'DIGITS', 'ARITHMETIC_SHOTS',
            'NOT_ENGLISH', 'COPY_WORDS', 'MATH_HEADER', 'CODE_HEADER', 'FT_TASKS', 'PrimitiveTask', 'three_letter_words',
            'get_task', 'make_primitive', 'solve_primitive', 'few_shot', 'extract_answer', 'score_primitive',
-           'holdout_set', 'finetune_set', 'output_layer', 'LastPositionHead', 'answer_ids', 'complete', 'evaluate_task',
-           'answer_candidates', 'candidate_logprobs', 'choose_answers', 'table6_rows', 'evaluate_primitives', 'table6',
-           'ft_eval_steps', 'ft_tensors', 'answer_loss', 'AnswerLoss', 'minibatches', 'finetune_primitives',
-           'ft_summary', 'table7']
+           'holdout_set', 'finetune_set', 'answer_ids', 'complete', 'evaluate_task', 'answer_candidates',
+           'candidate_logprobs', 'choose_answers', 'table6_rows', 'evaluate_primitives', 'table6', 'ft_eval_steps',
+           'ft_tensors', 'answer_loss', 'AnswerLoss', 'minibatches', 'finetune_primitives', 'ft_summary', 'table7']
 
 # %% ../nbs/04_primitives.ipynb #bf9e1641
 @dataclass(frozen=True)
@@ -278,27 +276,6 @@ def finetune_set(seed: int, n_per_task: int = 32, n_holdout: int = 1000, tasks=F
     return out
 
 # %% ../nbs/04_primitives.ipynb #dc8cb7e8
-@contextlib.contextmanager
-def output_layer(model: nn.Module, layer: nn.Module):
-    "Temporarily replace `model.lm_head` by `layer` (the original is yielded and restored on exit)."
-    head = model.lm_head
-    model.lm_head = layer
-    try:
-        yield head
-    finally:
-        model.lm_head = head
-
-
-class LastPositionHead(nn.Module):
-    "An output layer applied to the last position only: (b, t, d) -> (b, 1, n_vocab)."
-    def __init__(self, head: nn.Module):
-        super().__init__()
-        self.head = head
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(x[:, -1:])
-
-
 def answer_ids(tokenizer, prompt: str, target: str) -> list[int]:
     "The target's token ids as they follow `prompt` in `encode(prompt + target)`."
     p, full = tokenizer.encode(prompt), tokenizer.encode(prompt + target)
@@ -347,48 +324,12 @@ def answer_candidates(task: str, prompt: str) -> list[str]:
     raise ValueError(f"answer_candidates: {task!r} has no candidate answers (only copying and variable assignment do)")
 
 
-@torch.no_grad()
 def candidate_logprobs(model: nn.Module, tokenizer, prompts: list[str], candidates: list[list[str]],
                        batch_size: int = 16) -> list[list[float]]:
     "The log-probability of each candidate answer after its prompt (summed over the answer's tokens)."
-    was_training, device = model.training, next(model.parameters()).device
-    model.eval()
-    out: list[list[float]] = [[] for _ in prompts]
-    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
-    for start in range(0, len(order), batch_size):
-        batch = order[start:start + batch_size]
-        ids = [tokenizer.encode(prompts[i]) for i in batch]
-        answers = [[answer_ids(tokenizer, prompts[i], c) for c in candidates[i]] for i in batch]
-        n, longest = max(map(len, ids)), max(len(a) for cs in answers for a in cs)
-        idx = torch.full((len(batch), n), tokenizer.pad_id, dtype=torch.long)
-        mask = torch.zeros_like(idx)
-        for r, p in enumerate(ids):
-            idx[r, n - len(p):], mask[r, n - len(p):] = torch.tensor(p), 1
-        cache = KVCache(len(model.layers), len(batch), model.cfg.n_heads, n + longest, model.cfg.d_attn // model.cfg.n_heads,
-                        device=device, dtype=model.embed.weight.dtype)
-        with output_layer(model, LastPositionHead(model.lm_head)):  # logits of the last position only
-            logp = model(idx.to(device), attention_mask=mask.to(device), cache=cache)[0][:, -1].float().log_softmax(-1)
-            # one row per candidate: the prompt's keys and values copied to each of its candidates
-            rows = torch.tensor([r for r, cs in enumerate(answers) for _ in cs], device=device)
-            cache.k, cache.v, cache.padding = cache.k[:, rows], cache.v[:, rows], cache.padding[rows]
-            flat = [a for cs in answers for a in cs]
-            tokens = torch.full((len(flat), longest), tokenizer.pad_id, dtype=torch.long)
-            scored = torch.zeros(len(flat), longest, dtype=torch.bool)
-            for r, a in enumerate(flat):
-                tokens[r, :len(a)], scored[r, :len(a)] = torch.tensor(a), True
-            tokens, scored = tokens.to(device), scored.to(device)
-            logp = logp[rows]
-            total = torch.zeros(len(flat), device=device)
-            for j in range(longest):
-                if j:  # the next position's distribution, after feeding token j - 1
-                    logp = model(tokens[:, j - 1:j], cache=cache)[0][:, -1].float().log_softmax(-1)
-                total += logp.gather(1, tokens[:, j:j + 1])[:, 0] * scored[:, j]
-        k = 0
-        for r, i in enumerate(batch):
-            out[i] = total[k:k + len(answers[r])].tolist()
-            k += len(answers[r])
-    model.train(was_training)
-    return out
+    pairs = [(tokenizer.encode(p), answer_ids(tokenizer, p, c)) for p, cs in zip(prompts, candidates) for c in cs]
+    scores = iter(continuation_scores(model, pairs, tokenizer.pad_id, batch_size))
+    return [[next(scores)[0] for _ in cs] for cs in candidates]
 
 
 def choose_answers(model: nn.Module, tokenizer, task: str, prompts: list[str], batch_size: int = 16) -> list[str]:

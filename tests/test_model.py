@@ -8,8 +8,9 @@ from hypothesis import strategies as st
 
 from depthnb.presets import SIZE_CLASSES
 from depthnb.config import ModelConfig
-from depthnb.model import (DecoderLM, KVCache, attend, attention_mask_bias, cache_masks, causal_attention, cross_entropy,
-                           extra_params, project)
+from depthnb.inference import KVCache
+from depthnb.model import (DecoderLM, attend, attention_mask_bias, cache_masks, causal_attention, cross_entropy, extra_params,
+                           project)
 from depthnb.solver import model_config, model_params
 
 SMALL = ModelConfig(d_model=32, d_attn=32, n_heads=4, d_ff=48, n_layers=3, n_vocab=97, n_ctx=64)

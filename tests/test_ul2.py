@@ -12,7 +12,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _train_common import TEST_DATA, Crash, DataHook, assert_resumed_like, small_config, small_data  # noqa: E402
 
 from depthnb.config import ModelConfig, PretrainConfig  # noqa: E402
-from depthnb.model import CAUSAL, DecoderLM, KVCache, PrefixMask, flex_mask, layer_mask  # noqa: E402
+from depthnb.inference import KVCache  # noqa: E402
+from depthnb.model import CAUSAL, DecoderLM, PrefixMask, flex_mask, layer_mask  # noqa: E402
 from depthnb.runs import load_model  # noqa: E402
 from depthnb.train import cli_pretrain, pretrain, pretrain_config, pretrain_hooks  # noqa: E402
 from depthnb.config import UL2_RESERVED_IDS, reserved_ids  # noqa: E402
