@@ -9,7 +9,7 @@ import json
 import math
 import operator
 from pathlib import Path
-from typing import NamedTuple, Sequence
+from typing import Sequence
 
 import numpy as np
 import pandas as pd
@@ -17,15 +17,15 @@ from scipy import stats
 import torch
 import torch.nn.functional as F
 from .runs import load_model, read_metrics
+from .paper import TASK_NAMES, petty_table3_paper
 
 # %% auto #0
-__all__ = ['FFN_WEIGHTS', 'PROJECTION', 'TASK_NAMES', 'WEIGHT_TYPES', 'singular_spectrum', 'cumulative_share', 'rank_fraction',
-           'spectrum_auc', 'effective_rank', 'marchenko_pastur_spectrum', 'ffn_spectra', 'ffn_rank_profile',
-           'ffn_rank_curves', 'rank_summary', 'rank_profiles', 'summarize_seeds', 'relative_perplexity', 'paper_table3',
-           'accuracy_by_depth', 'table3', 'value_at_steps', 'select_first_reaching', 'equal_ppl_snapshots',
-           'equal_ppl_sweep', 'runs_table', 'collect_metrics', 'read_eval', 'common_loss_threshold',
-           'equal_loss_selection', 'LinearFit', 'latency_fit', 'layer_similarity', 'layer_update_similarity',
-           'isoplot_frame']
+__all__ = ['FFN_WEIGHTS', 'PROJECTION', 'WEIGHT_TYPES', 'singular_spectrum', 'cumulative_share', 'rank_fraction', 'spectrum_auc',
+           'effective_rank', 'marchenko_pastur_spectrum', 'ffn_spectra', 'ffn_rank_profile', 'ffn_rank_curves',
+           'rank_summary', 'rank_profiles', 'summarize_seeds', 'relative_perplexity', 'accuracy_by_depth', 'table3',
+           'value_at_steps', 'select_first_reaching', 'equal_ppl_snapshots', 'equal_ppl_sweep', 'runs_table',
+           'collect_metrics', 'read_eval', 'common_loss_threshold', 'equal_loss_selection', 'layer_similarity',
+           'layer_update_similarity', 'isoplot_frame']
 
 # %% ../nbs/08_analysis.ipynb #6c56aaa3
 def singular_spectrum(W: torch.Tensor) -> torch.Tensor:
@@ -187,44 +187,6 @@ def _class_order(name) -> float:
     order = {"tiny": 0, "41M": 1, "134M": 2, "374M": 3}
     return order.get(name, -1)
 
-# %% ../nbs/08_analysis.ipynb #8cc6cc14
-TASK_NAMES = {"cogs": "COGS", "cogs_vf": "COGS-vf", "geoquery": "GeoQuery", "passivization": "English Passivization"}
-
-_PAPER_TABLE3_ROWS = """\
-41M 1 45.7 12.4 25.7 68.2 0.00
-41M 2 31.1 58.2 78.3 76.4 9.88
-41M 3 29.3 63.1 80.8 79.6 26.2
-41M 4 28.8 68.5 82.5 78.6 28.0
-41M 5 28.8 63.4 82.5 76.8 89.9
-41M 6 29.1 68.4 82.6 77.5 74.1
-41M 7 29.6 72.3 83.0 77.1 78.3
-134M 1 33.6 19.4 26.3 72.5 0.00
-134M 2 22.3 65.5 83.0 81.4 29.9
-134M 4 19.4 71.1 83.6 78.2 59.3
-134M 6 18.7 74.3 83.2 80.0 49.4
-134M 8 18.3 72.9 83.7 73.6 91.9
-134M 12 18.1 73.0 84.7 82.9 87.1
-134M 16 18.2 75.0 83.8 81.1 93.2
-134M 21 18.3 75.1 84.8 80.0 88.1
-134M 26 18.6 75.4 84.1 82.1 98.4
-134M 32 19.2 75.7 84.0 78.9 94.8
-374M 1 28.4 21.5 36.8 72.9 0.00
-374M 2 18.6 66.2 82.2 80.7 13.6
-374M 4 15.9 72.4 71.9 80.0 89.8
-374M 6 15.2 75.1 83.1 78.2 18.8
-374M 8 14.9 75.2 82.6 80.7 84.3
-374M 12 14.6 76.3 84.3 80.0 81.0
-374M 16 14.5 76.3 85.1 81.1 87.2
-374M 24 14.4 78.0 83.1 83.2 89.6
-374M 32 14.7 78.8 79.7 84.6 90.2"""
-
-
-def paper_table3() -> pd.DataFrame:
-    "Petty et al. Table 3 AS PUBLISHED (reference data, not ours): C4 val. PPL and gen accuracy (%) per model."
-    rows = [line.split() for line in _PAPER_TABLE3_ROWS.splitlines()]
-    df = pd.DataFrame(rows, columns=["size_class", "n_layers", "ppl", *TASK_NAMES])
-    return df.astype({"n_layers": int, "ppl": float, **{t: float for t in TASK_NAMES}})
-
 # %% ../nbs/08_analysis.ipynb #d15bb13d
 def accuracy_by_depth(results: pd.DataFrame, by: Sequence[str] = ("size_class", "task", "n_layers"),
                       value: str = "accuracy", level: float = 0.95) -> pd.DataFrame:
@@ -239,7 +201,7 @@ def table3(ppl: pd.DataFrame, accuracy: pd.DataFrame, paper_class: dict | None =
     acc = (accuracy.groupby(["size_class", "n_layers", "task"]).accuracy.mean() * 100).unstack("task").reset_index()
     ours = ours.merge(acc, on=["size_class", "n_layers"], how="outer")
     ours["paper_class"] = ours.size_class.map(lambda c: paper_class.get(c, c))
-    paper = paper_table3().rename(columns={"size_class": "paper_class", "ppl": "ppl (paper)",
+    paper = petty_table3_paper().rename(columns={"size_class": "paper_class", "ppl": "ppl (paper)",
                                            **{t: f"{t} (paper)" for t in TASK_NAMES}})
     merged = ours.merge(paper, on=["paper_class", "n_layers"], how="left")
     cols = ["size_class", "paper_class", "n_layers", "ppl", "ppl (paper)"]
@@ -453,22 +415,6 @@ def equal_loss_selection(loss: pd.DataFrame, candidates: pd.DataFrame, threshold
         rows.append(dict(**key, threshold=threshold, **res,
                          accuracy=hit.accuracy.mean() if len(hit) and "accuracy" in hit else np.nan))
     return pd.DataFrame(rows).drop(columns=["path"])
-
-# %% ../nbs/08_analysis.ipynb #af3179ab
-class LinearFit(NamedTuple):
-    slope: float
-    intercept: float
-    r2: float
-    n: int
-
-
-def latency_fit(df: pd.DataFrame, x: str = "n_layers", y: str = "seconds") -> LinearFit:
-    "Least-squares line y = slope * x + intercept over all rows, with R^2."
-    if df[x].nunique() < 2:
-        raise ValueError(f"latency_fit: need at least two distinct {x} values, got {sorted(df[x].unique())}")
-    fit = stats.linregress(df[x].to_numpy(float), df[y].to_numpy(float))
-    r2 = fit.rvalue**2 if np.isfinite(fit.rvalue) else 1.0  # a flat exact line has no defined r
-    return LinearFit(float(fit.slope), float(fit.intercept), float(r2), len(df))
 
 # %% ../nbs/08_analysis.ipynb #3a7466b5
 WEIGHT_TYPES = ("attn.q", "attn.k", "attn.v", "attn.o", "ffn.wi_0", "ffn.wi_1", "ffn.wo")

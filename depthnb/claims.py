@@ -12,8 +12,8 @@ from typing import Callable
 
 import pandas as pd
 
-from .stack_results import DOWNSTREAM_CLAIMS
-from .analysis import TASK_NAMES
+from .downstream_tables import DOWNSTREAM_CLAIMS
+from .paper import TASK_NAMES
 from .seeds import DECIDED, FLOOR, UNTESTED, combine, pct, robustness
 from .claims_petty import (EQUAL_LOSS_TOLERANCE, EQUAL_PPL_TOLERANCE, LATENCY_R2, NoTypes, claim_depth_generalizes,
                                   claim_depth_lowers_ppl, claim_diminishing_returns, claim_equal_loss, claim_equal_ppl,

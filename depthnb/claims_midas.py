@@ -11,16 +11,15 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from .analysis import TASK_NAMES
-from .paper import table6_paper
+from .paper import GRADSTACK_GAP, TASK_NAMES, table1_val_loss, table6_paper
 from .schedules import TABLE1_SPEEDUPS, speedup
 from .seeds import (FLOOR, LEVEL, Interval, at_floor, between_seed_sd, combine, describe, interval_verdict, pct,
                            single_run_interval, t_interval)
 
 # %% auto #0
-__all__ = ['LOSS_DIGITS', 'PAPER_GRADSTACK_GAP', 'CONTROL', 'ISO_METHODS', 'family_loss_sd', 'as_printed', 'rounded_once',
-           'claim_table1_speedups', 'stack_table1', 'loss_column', 'paper_midas_gaps', 'describe_proxy',
-           'paired_loss_gap', 'claim_midas_loss_near_baseline', 'claim_midas_beats_gradstack', 'relative_changes',
+__all__ = ['LOSS_DIGITS', 'CONTROL', 'ISO_METHODS', 'family_loss_sd', 'as_printed', 'rounded_once', 'claim_table1_speedups',
+           'stack_table1', 'loss_column', 'paper_midas_gaps', 'describe_proxy', 'paired_loss_gap',
+           'claim_midas_loss_near_baseline', 'claim_midas_beats_gradstack', 'relative_changes',
            'claim_downstream_beyond_ppl', 'resumed', 'claim_wall_clock', 'claim_looped_similarity', 'matched_loss_gap',
            'claim_isoplots', 'leading_number', 'compare_to_chance', 'choice_readout', 'with_choice',
            'single_run_verdict', 'claim_primitives_5shot', 'claim_primitives_ft', 'chance_band', 'depth2_at_chance',
@@ -124,9 +123,6 @@ def claim_midas_loss_near_baseline(t1: pd.DataFrame, paper: pd.DataFrame, family
             + margin_text, single_run_verdict(proxy))
 
 
-PAPER_GRADSTACK_GAP = 2.045 - 2.028  # Saunshi Table 1, 1B Prop-1: GradStack minus MIDAS validation loss
-
-
 def claim_midas_beats_gradstack(t1: pd.DataFrame, family: pd.DataFrame | None, split: str) -> tuple[str, str]:
     """Saunshi: MIDAS reaches a lower loss than gradual stacking; the single-run gap is read against a proxy interval
     from the depth family's seed spread, so it decides at most inconclusive."""
@@ -136,12 +132,13 @@ def claim_midas_beats_gradstack(t1: pd.DataFrame, family: pd.DataFrame | None, s
         return "no GradStack run at this preset", "not testable"
     sd, dof = family_loss_sd(family, split)
     iv = single_run_interval(t1.loc["gradstack", loss] - t1.loc["midas", loss], sd, dof)
-    proxy = interval_verdict(iv, PAPER_GRADSTACK_GAP)
+    proxy = interval_verdict(iv, GRADSTACK_GAP)
     tie = (" (equal to the table's 4 decimals: print the runs' losses with more digits to tell the methods apart)"
            if round(t1.loc["gradstack", loss], 4) == round(t1.loc["midas", loss], 4) else "")
+    midas, gradstack = (table1_val_loss("1B", m, 4, "Prop-1") for m in ("MIDAS", "GradStack"))
     return (f"GradStack {t1.loc['gradstack', loss]:.4f} minus MIDAS {t1.loc['midas', loss]:.4f}{tie}: "
-            + describe_proxy(iv, proxy, sd, dof, PAPER_GRADSTACK_GAP) + ". Paper: MIDAS lower at every schedule (2.028 vs "
-            "2.045, 1B Prop-1).", single_run_verdict(proxy))
+            + describe_proxy(iv, proxy, sd, dof, GRADSTACK_GAP) + f". Paper: MIDAS lower at every schedule ({midas:.3f} vs "
+            f"{gradstack:.3f}, 1B Prop-1).", single_run_verdict(proxy))
 
 
 def relative_changes(loss_gap: float, base_acc: float, acc: float) -> tuple[float, float]:

@@ -12,22 +12,22 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from .analysis import TASK_NAMES, latency_fit, paper_table3
+from .paper import PETTY_OPTIMAL_DEPTH, TASK_NAMES, petty_table3_paper
 from .presets import SIZE_CLASSES
 from .solver import TABLE2_D_FF
 from .seeds import (FLOOR, LEVEL, Interval, at_floor, by_seed, combine, depth_contrast, depth_trend, describe,
-                           interval_verdict, pct, permutation_tail, spearman, t_interval)
+                           interval_verdict, latency_fit, pct, permutation_tail, spearman, t_interval)
 
 # %% auto #0
-__all__ = ['PAPER_CLASS', 'PAPER_OPTIMAL_DEPTH', 'NEAR_BEST', 'SATURATING_TASKS', 'EQUAL_PPL_TOLERANCE', 'EQUAL_LOSS_TOLERANCE',
-           'LATENCY_R2', 'paper_class_table', 'paper_accuracy', 'paper_contrast', 'paper_trend', 'paper_log_ppl',
-           'log_ppl_by_seed', 'first_gain', 'claim_depth_lowers_ppl', 'diminishing', 'paper_diminishing',
-           'claim_diminishing_returns', 'claim_narrow_degrades', 'by_size', 'one_size_class', 'paper_ff_ratios',
-           'leftmost_near_best', 'claim_optimal_depth_grows', 'claim_wide_ratios_tolerated', 'depth_effect',
-           'describe_depth_effect', 'claim_depth_generalizes', 'middle_depth', 'bend', 'claim_saturation',
-           'saturation_depth', 'claim_vf_saturates_sooner', 'generalization_types', 'NoTypes', 'type_table',
-           'claim_lexical_not_structural', 'claim_structural_near_zero', 'control_effect', 'claim_equal_ppl',
-           'pick_steps', 'claim_equal_loss', 'claim_latency_linear', 'claim_rank_deficient']
+__all__ = ['PAPER_CLASS', 'NEAR_BEST', 'SATURATING_TASKS', 'EQUAL_PPL_TOLERANCE', 'EQUAL_LOSS_TOLERANCE', 'LATENCY_R2',
+           'paper_class_table', 'paper_accuracy', 'paper_contrast', 'paper_trend', 'paper_log_ppl', 'log_ppl_by_seed',
+           'first_gain', 'claim_depth_lowers_ppl', 'diminishing', 'paper_diminishing', 'claim_diminishing_returns',
+           'claim_narrow_degrades', 'by_size', 'one_size_class', 'paper_ff_ratios', 'leftmost_near_best',
+           'claim_optimal_depth_grows', 'claim_wide_ratios_tolerated', 'depth_effect', 'describe_depth_effect',
+           'claim_depth_generalizes', 'middle_depth', 'bend', 'claim_saturation', 'saturation_depth',
+           'claim_vf_saturates_sooner', 'generalization_types', 'NoTypes', 'type_table', 'claim_lexical_not_structural',
+           'claim_structural_near_zero', 'control_effect', 'claim_equal_ppl', 'pick_steps', 'claim_equal_loss',
+           'claim_latency_linear', 'claim_rank_deficient']
 
 # %% ../nbs/08c_claims_petty.ipynb #87c297bf
 PAPER_CLASS = "41M"  # Petty Table 3's class whose numbers are the effect sizes
@@ -36,7 +36,7 @@ PAPER_CLASS = "41M"  # Petty Table 3's class whose numbers are the effect sizes
 @lru_cache(maxsize=1)
 def paper_class_table() -> pd.DataFrame:
     "Petty Table 3's rows of PAPER_CLASS, by depth (read once; do not modify)."
-    return paper_table3().query("size_class == @PAPER_CLASS").set_index("n_layers")
+    return petty_table3_paper().query("size_class == @PAPER_CLASS").set_index("n_layers")
 
 
 def paper_accuracy(task: str, depths) -> pd.Series | None:
@@ -144,7 +144,6 @@ def claim_narrow_degrades(ppl: pd.DataFrame, split: str) -> tuple[str, str]:
     return "; ".join(parts) + ". Paper: the curves turn up at their deep, narrow ends.", combine(verdicts)
 
 # %% ../nbs/08c_claims_petty.ipynb #579b4ad9
-PAPER_OPTIMAL_DEPTH = {"41M": 5, "134M": 12, "374M": 24}  # Petty §3.1: "the optimal 41M-parameter model has 5 layers"
 NEAR_BEST = 0.05  # Petty §3.1, Fig. 3b: "within a few percentage points of the best-in-class model"
 
 
@@ -162,7 +161,7 @@ def one_size_class(classes: list) -> str | None:
 
 def paper_ff_ratios() -> pd.DataFrame:
     "Petty Table 3's perplexities with each model's d_model/d_ff (Table 2)."
-    paper = paper_table3()
+    paper = petty_table3_paper()
     d_ff = [TABLE2_D_FF[c][n] for c, n in zip(paper.size_class, paper.n_layers)]
     d_model = paper.size_class.map(lambda c: SIZE_CLASSES[c].d_model)
     return paper.assign(d_model=d_model, ff_ratio=d_model / d_ff)
@@ -177,7 +176,7 @@ def claim_optimal_depth_grows(rel: pd.DataFrame) -> tuple[str, str]:
     """Petty: the depth of lowest perplexity grows with model size; holds if the best depth of the class means never
     falls and rises from the smallest class to the largest."""
     classes = by_size(rel)
-    paper = "Paper: the best depth is " + ", ".join(f"{n} layers at {c}" for c, n in PAPER_OPTIMAL_DEPTH.items()) + "."
+    paper = "Paper: the best depth is " + ", ".join(f"{n} layers at {c}" for c, n in PETTY_OPTIMAL_DEPTH.items()) + "."
     if reason := one_size_class(classes):
         return f"{reason}. {paper}", "not reproducible here"
     best = [int(g.loc[g.ppl.idxmin()].n_layers) for _, g in classes]
@@ -293,7 +292,7 @@ def saturation_depth(depths, accuracy) -> int | None:
 def claim_vf_saturates_sooner(acc: pd.DataFrame) -> tuple[str, str]:
     """Petty: COGS-vf saturates at a shallower depth than COGS; decided on the per-seed interval of COGS-vf's bend minus
     COGS's, not testable without a gain with depth on both tasks."""
-    paper = paper_table3()
+    paper = petty_table3_paper()
     paper = "Paper (Table 3, 90% rule): " + "; ".join(
         f"{c} COGS {saturation_depth(g.n_layers, g.cogs)} layers, COGS-vf {saturation_depth(g.n_layers, g.cogs_vf)}"
         for c, g in paper.groupby("size_class", sort=False)) + "."

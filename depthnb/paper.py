@@ -8,7 +8,150 @@ from __future__ import annotations
 import pandas as pd
 
 # %% auto #0
-__all__ = ['TABLE6_TITLES', 'TABLE6_PAPER', 'TABLE7_PAPER', 'table6_paper']
+__all__ = ['TASK_NAMES', 'PETTY_OPTIMAL_DEPTH', 'TABLE1_PAPER', 'TABLE1_COLUMNS', 'GRADSTACK_GAP', 'GROUP_TASKS',
+           'CALCULATOR_GROUPS', 'TASK_TABLE_GROUPS', 'TABLE2_PAPER', 'TABLE2_COLUMNS', 'TABLE3_PAPER', 'TABLE4_PAPER',
+           'TABLE5_PAPER', 'TABLE6_TITLES', 'TABLE6_PAPER', 'TABLE7_PAPER', 'petty_table3_paper', 'table1_paper',
+           'table1_schedules', 'table1_val_loss', 'downstream_paper', 'table6_paper']
+
+# %% ../nbs/00c_paper.ipynb #030d33b5
+TASK_NAMES = {"cogs": "COGS", "cogs_vf": "COGS-vf", "geoquery": "GeoQuery", "passivization": "English Passivization"}
+
+_PETTY_TABLE3_ROWS = """\
+41M 1 45.7 12.4 25.7 68.2 0.00
+41M 2 31.1 58.2 78.3 76.4 9.88
+41M 3 29.3 63.1 80.8 79.6 26.2
+41M 4 28.8 68.5 82.5 78.6 28.0
+41M 5 28.8 63.4 82.5 76.8 89.9
+41M 6 29.1 68.4 82.6 77.5 74.1
+41M 7 29.6 72.3 83.0 77.1 78.3
+134M 1 33.6 19.4 26.3 72.5 0.00
+134M 2 22.3 65.5 83.0 81.4 29.9
+134M 4 19.4 71.1 83.6 78.2 59.3
+134M 6 18.7 74.3 83.2 80.0 49.4
+134M 8 18.3 72.9 83.7 73.6 91.9
+134M 12 18.1 73.0 84.7 82.9 87.1
+134M 16 18.2 75.0 83.8 81.1 93.2
+134M 21 18.3 75.1 84.8 80.0 88.1
+134M 26 18.6 75.4 84.1 82.1 98.4
+134M 32 19.2 75.7 84.0 78.9 94.8
+374M 1 28.4 21.5 36.8 72.9 0.00
+374M 2 18.6 66.2 82.2 80.7 13.6
+374M 4 15.9 72.4 71.9 80.0 89.8
+374M 6 15.2 75.1 83.1 78.2 18.8
+374M 8 14.9 75.2 82.6 80.7 84.3
+374M 12 14.6 76.3 84.3 80.0 81.0
+374M 16 14.5 76.3 85.1 81.1 87.2
+374M 24 14.4 78.0 83.1 83.2 89.6
+374M 32 14.7 78.8 79.7 84.6 90.2"""
+
+
+def petty_table3_paper() -> pd.DataFrame:
+    "Petty et al. Table 3 AS PUBLISHED (reference data, not ours): C4 val. PPL and gen accuracy (%) per model."
+    rows = [line.split() for line in _PETTY_TABLE3_ROWS.splitlines()]
+    df = pd.DataFrame(rows, columns=["size_class", "n_layers", "ppl", *TASK_NAMES])
+    return df.astype({"n_layers": int, "ppl": float, **{t: float for t in TASK_NAMES}})
+
+# %% ../nbs/00c_paper.ipynb #e4733612
+PETTY_OPTIMAL_DEPTH = {"41M": 5, "134M": 12, "374M": 24}  # Petty §3.1: "the optimal 41M-parameter model has 5 layers"
+
+# %% ../nbs/00c_paper.ipynb #96e2fcd6
+TABLE1_PAPER = (  # (model, method, block size, schedule, speedup, val loss, closed-book QA, open-book QA, math WP, average)
+    ("1B", "Baseline", None, None, 1.0, 1.996, 13.2, 33.3, 23.5, 24.0),
+    ("1B", "GradStack", 4, "Prop-1", 1.39, 2.045, 10.3, 31.4, 23.5, 22.6),
+    ("1B", "MIDAS", 4, "Prop-1", 1.39, 2.028, 11.6, 34.5, 30.3, 26.7),
+    ("1B", "MIDAS", 3, "Prop-1", 1.41, 2.032, 10.6, 36.1, 27.0, 25.6),
+    ("1B", "GradStack", 4, "Prop-2", 1.24, 2.024, 11.0, 31.6, 17.3, 20.4),
+    ("1B", "MIDAS", 4, "Prop-2", 1.24, 2.009, 11.7, 36.3, 29.0, 26.8),
+    ("1B", "MIDAS", 3, "Prop-2", 1.26, 2.012, 11.9, 37.3, 29.8, 27.5),
+    ("1B", "MIDAS", 4, "Prop-3", 1.16, 1.999, 12.5, 34.8, 33.3, 28.3),
+    ("2B", "Baseline", None, None, 1.0, 1.926, 15.2, 39.1, 27.1, 28.0),
+    ("2B", "MIDAS", 8, "Prop-1", 1.39, 1.947, 14.0, 38.9, 32.0, 29.5),
+    ("2B", "GradStack", 8, "Prop-2", 1.24, 1.945, 14.2, 37.0, 24.5, 25.9),
+    ("2B", "MIDAS", 8, "Prop-2", 1.24, 1.929, 15.7, 40.2, 38.2, 32.9),
+    ("8B", "Baseline", None, None, 1.0, 1.841, 21.1, 39.6, 34.9, 32.8),
+    ("8B", "MIDAS", 9, "Prop-2", 1.26, 1.844, 21.8, 40.0, 43.1, 36.4),
+)
+
+TABLE1_COLUMNS = {"closed_book_qa": "closed_book_qa", "open_book_qa": "open_book_qa", "math": "math_wp"}  # by group
+
+
+def table1_paper() -> pd.DataFrame:
+    "Table 1 of Saunshi et al.: speedup, validation loss and downstream accuracy (%) per method."
+    return pd.DataFrame(TABLE1_PAPER, columns=["model", "method", "block_size", "schedule", "speedup", "val_loss",
+                                               "closed_book_qa", "open_book_qa", "math_wp", "average"])
+
+
+def table1_schedules() -> list[tuple[str, str, int, int, float]]:
+    "Table 1's stacked rows as (model, method, block size, alpha of Prop-alpha, printed speedup)."
+    return [(model, method, block, int(schedule.removeprefix("Prop-")), speedup)
+            for model, method, block, schedule, speedup, *_ in TABLE1_PAPER if block is not None]
+
+
+def table1_val_loss(model: str, method: str, block_size: int | None = None, schedule: str | None = None) -> float:
+    "The validation loss Table 1 prints for one row."
+    row = (model, method, block_size, schedule)
+    return next(loss for m, meth, b, s, _, loss, *_ in TABLE1_PAPER if (m, meth, b, s) == row)
+
+
+# 1B, Prop-1, block size 4: GradStack's validation loss minus MIDAS's, the paper's lead of MIDAS over gradual stacking
+GRADSTACK_GAP = table1_val_loss("1B", "GradStack", 4, "Prop-1") - table1_val_loss("1B", "MIDAS", 4, "Prop-1")
+
+# %% ../nbs/00c_paper.ipynb #8895bafb
+GROUP_TASKS = {  # the paper's tasks of each group: the columns of Tables 3, 4 and 5, and Table 2's GSM8k
+    "closed_book_qa": ("triviaqa", "tydiqa_nocontext", "nq_open", "webqs"),
+    "open_book_qa": ("tydiqa_goldp", "squadv2", "drop", "quac", "coqa"),
+    "math": ("asdiv", "mawps_addsub", "mawps_multiarith", "mawps_singleeq", "mawps_singleop", "svamp"),
+    "gsm8k": ("gsm8k",),
+    "gsm8k_finetuned": ("gsm8k_finetuned",),
+}
+CALCULATOR_GROUPS = ("math", "gsm8k", "gsm8k_finetuned")  # Table 2: scored without and with a calculator
+TASK_TABLE_GROUPS = {3: "closed_book_qa", 4: "open_book_qa", 5: "math"}  # Appendix A.2's table of each group
+TABLE2_PAPER = (  # Saunshi et al. Table 2 (%): (model, method, block size, schedule (MIDAS: Prop-2, §4.3; block size
+    # from Table 1), val loss, math WPs 5-shot w/o and with calculator, GSM8k 8-shot w/o and with, GSM8k fine-tuned w/o and with)
+    ("2B", "Baseline", None, None, 1.926, 15.4, 27.1, 3.0, 3.6, 5.3, 8.5),
+    ("2B", "MIDAS", 8, "Prop-2", 1.929, 22.5, 38.3, 3.0, 4.1, 10.4, 14.5),
+    ("8B", "Baseline", None, None, 1.841, 27.3, 34.9, 4.5, 6.6, 12.3, 15.8),
+    ("8B", "MIDAS", 9, "Prop-2", 1.844, 32.9, 43.1, 5.5, 7.4, 15.2, 18.7),
+)
+TABLE2_COLUMNS = ("math_wp", "math_wp_calc", "gsm8k", "gsm8k_calc", "gsm8k_finetuned", "gsm8k_finetuned_calc")
+_A2_ROWS = (  # Tables 3-5's rows: (model, method, block size, schedule)
+    ("1B", "Baseline", None, None), ("1B", "GradStack", 4, "Prop-1"), ("1B", "MIDAS", 4, "Prop-1"),
+    ("1B", "MIDAS", 3, "Prop-1"), ("1B", "GradStack", 4, "Prop-2"), ("1B", "MIDAS", 4, "Prop-2"),
+    ("1B", "MIDAS", 3, "Prop-2"), ("1B", "MIDAS", 4, "Prop-3"), ("2B", "Baseline", None, None),
+    ("2B", "MIDAS", 8, "Prop-1"), ("2B", "MIDAS", 8, "Prop-2"))
+TABLE3_PAPER = (  # Saunshi et al. Table 3, closed-book QA (%), rows as _A2_ROWS: TriviaQA, TyDi QA (no context), NQ, WebQuestions
+    (28.050, 11.968, 4.543, 8.120), (22.395, 10.106, 3.019, 5.807), (24.984, 11.702, 3.712, 5.856),
+    (22.883, 9.574, 3.546, 6.496), (22.870, 11.436, 3.989, 5.856), (26.411, 10.372, 3.712, 6.447),
+    (25.460, 10.904, 3.767, 7.431), (26.911, 11.968, 4.460, 6.841), (33.579, 12.766, 5.928, 8.711),
+    (31.090, 11.702, 5.568, 7.776), (34.580, 13.032, 6.260, 8.907))
+TABLE4_PAPER = (  # Table 4, open-book QA (%): TyDi QA (GoldP), SQuAD v2, DROP, QuAC, CoQA. Its 7th row is printed
+    # "Midas 2 Prop-2 (1B)" where Tables 3 and 5 have block size 3 (a typo, read as 3)
+    (31.364, 41.102, 22.850, 18.782, 52.615), (34.318, 36.907, 21.529, 17.465, 46.763),
+    (36.136, 39.148, 24.287, 18.727, 54.350), (37.045, 44.892, 25.010, 18.354, 55.085),
+    (30.000, 40.958, 22.106, 17.200, 47.842), (35.455, 46.576, 24.444, 19.654, 55.372),
+    (38.182, 46.256, 24.780, 19.944, 57.269), (33.636, 40.226, 24.717, 19.488, 55.853),
+    (42.500, 49.558, 25.063, 20.588, 57.806), (37.727, 48.892, 26.133, 20.068, 61.822),
+    (41.818, 47.974, 27.884, 20.737, 62.637))
+TABLE5_PAPER = (  # Table 5, math word problems (%, 5-shot, calculator): ASDiv, MAWPS AddSub, MultiArith, SingleEq, SingleOp, SVAMP
+    (21.708, 38.987, 1.667, 30.512, 34.164, 13.900), (19.084, 38.734, 2.000, 31.102, 35.231, 15.100),
+    (27.719, 45.063, 2.833, 40.157, 49.110, 16.900), (25.763, 45.063, 2.500, 33.071, 40.747, 14.800),
+    (15.219, 29.114, 1.000, 24.606, 26.335, 7.600), (26.288, 51.899, 3.333, 39.370, 40.036, 13.000),
+    (28.578, 38.987, 3.000, 41.142, 50.356, 16.800), (28.912, 55.696, 1.500, 41.142, 50.890, 21.800),
+    (27.863, 41.519, 3.167, 37.402, 36.477, 16.400), (28.960, 56.203, 1.000, 41.929, 45.907, 18.100),
+    (34.685, 58.228, 7.333, 50.000, 57.473, 21.800))
+_PAPER_TASK_TABLES = {3: TABLE3_PAPER, 4: TABLE4_PAPER, 5: TABLE5_PAPER}
+
+
+def downstream_paper(table: int) -> pd.DataFrame:
+    "Saunshi et al.'s Table 2 (columns `TABLE2_COLUMNS`) or per-task Table 3, 4 or 5 (columns: task names), in %."
+    if table == 2:
+        return pd.DataFrame(TABLE2_PAPER, columns=["model", "method", "block_size", "schedule", "val_loss",
+                                                   *TABLE2_COLUMNS]).assign(source="paper")
+    if table not in _PAPER_TASK_TABLES:
+        raise ValueError(f"downstream_paper: table {table} is not one of 2, 3, 4, 5")
+    group, values = TASK_TABLE_GROUPS[table], _PAPER_TASK_TABLES[table]
+    return pd.DataFrame([(*r, *v) for r, v in zip(_A2_ROWS, values)],
+                        columns=["model", "method", "block_size", "schedule", *GROUP_TASKS[group]]).assign(source="paper")
 
 # %% ../nbs/00c_paper.ipynb #2ec065e5
 TABLE6_TITLES = {  # Table 6's label of each primitive task

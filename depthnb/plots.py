@@ -20,7 +20,9 @@ from matplotlib.cm import ScalarMappable
 from matplotlib.colors import BoundaryNorm, ListedColormap
 from matplotlib.patches import Rectangle
 
-from .analysis import TASK_NAMES, accuracy_by_depth, latency_fit, relative_perplexity
+from .analysis import accuracy_by_depth, relative_perplexity
+from .paper import TASK_NAMES
+from .seeds import latency_fit
 from .config import PrimitiveConfig
 from .growth import grow_layout
 from .paper import TABLE7_PAPER

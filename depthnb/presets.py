@@ -12,6 +12,7 @@ from typing import Any
 
 from .config import (LLAMA_MIXTURE, DataConfig, FinetuneConfig, ModelConfig, Preset, PretrainConfig,
                             PrimitiveConfig, SizeClass, StackConfig, STACK_RUNS, check_choice, override)
+from .paper import table1_schedules
 
 # %% auto #0
 __all__ = ['SIZE_CLASSES', 'SAUNSHI_CLASSES', 'TINY_CLASS', 'CPU_CLASS', 'CPU_STACK_CLASS', 'CPU_BASE', 'PRESETS',
@@ -186,12 +187,19 @@ SAUNSHI_TOKENS = 512 * 10**9  # Appendix A.1: the same pre-cached tokens, in the
 # Documents pre-cached for those tokens: an estimate, ~570 tokens per mixture document (its document probabilities
 # favour C4's short pages); precache_mixture's record counts what was drawn, and blocks repeat if it falls short.
 SAUNSHI_DOCS = 900_000_000
-SAUNSHI_TABLE1 = (  # Table 1's rows: (model, method, block size, alpha of Prop-alpha); a baseline is one stage
-    ("1B", "baseline", 4, 1), ("1B", "gradstack", 4, 1), ("1B", "midas", 4, 1), ("1B", "midas", 3, 1),
-    ("1B", "gradstack", 4, 2), ("1B", "midas", 4, 2), ("1B", "midas", 3, 2), ("1B", "midas", 4, 3),
-    ("2B", "baseline", 8, 1), ("2B", "midas", 8, 1), ("2B", "gradstack", 8, 2), ("2B", "midas", 8, 2),
-    ("8B", "baseline", 9, 2), ("8B", "midas", 9, 2),
-)
+
+
+def _saunshi_table1() -> tuple[tuple[str, str, int, int], ...]:
+    """Table 1's rows (`paper.TABLE1_PAPER`) in its order, as (model, method, block size, alpha of Prop-alpha): each
+    model's baseline, then its stacked rows. A baseline is one stage whatever its block size and schedule; it carries
+    its model's first stacked row's."""
+    by_model: dict[str, list] = {}
+    for model, method, block, alpha, _ in table1_schedules():
+        by_model.setdefault(model, []).append((model, method.lower(), block, alpha))
+    return tuple(row for rows in by_model.values() for row in [(rows[0][0], "baseline", *rows[0][2:]), *rows])
+
+
+SAUNSHI_TABLE1 = _saunshi_table1()
 
 
 def saunshi_run(model: str, method: str, block_size: int, alpha: float) -> dict:

@@ -11,13 +11,15 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .seeds import pool_parts
+import pandas as pd
+
 from .presets import load_preset, repo_root
 from .runs import atomic_write_text, run_lock
 
 # %% auto #0
-__all__ = ['EXPERIMENTS', 'KERNEL_QUIET', 'Experiment', 'experiments_dir', 'experiment_order', 'done_marker', 'ExperimentFailed',
-           'reproduce', 'finished_markers', 'figures_digest', 'reproduce_parts']
+__all__ = ['EXPERIMENTS', 'KERNEL_QUIET', 'POOLED_SUFFIXES', 'Experiment', 'experiments_dir', 'experiment_order', 'done_marker',
+           'ExperimentFailed', 'reproduce', 'part_files', 'pool_seed_tables', 'pool_parts', 'finished_markers',
+           'figures_digest', 'reproduce_parts']
 
 # %% ../nbs/10a_reproduce.ipynb #48448652
 @dataclass(frozen=True)
@@ -136,6 +138,72 @@ def reproduce(preset: str = "tiny", only: list[str] | None = None, seeds: int | 
     log(f"{len(todo)} experiments of preset {p.name!r} done in {time.time() - t_all:.0f} s; "
         f"figures in {figures / p.name}, runs in {runs}" + (f", report in {report}" if report.exists() else ""))
     return executed
+
+# %% ../nbs/10a_reproduce.ipynb #f3113d61
+POOLED_SUFFIXES = (".csv", ".md", ".png", ".pdf", ".txt")  # the files of a table or a figure
+
+
+def part_files(folders: dict[str, Path]) -> dict[str, list[str]]:
+    "Per file name of the parts' figure folders (tables and figures), the parts that have it, in order."
+    found: dict[str, list[str]] = {}
+    for part, folder in folders.items():
+        for path in sorted(Path(folder).iterdir()):
+            if path.suffix in POOLED_SUFFIXES and path.is_file():
+                found.setdefault(path.name, []).append(part)
+    return found
+
+
+def pool_seed_tables(tables: dict[str, pd.DataFrame], stem: str) -> pd.DataFrame:
+    "One table from the parts' per-seed tables (part -> table): rows concatenated; a seed in two parts is an error."
+    seen: dict[int, str] = {}
+    for part, t in tables.items():
+        for seed in sorted(set(t.seed)):
+            if seed in seen:
+                raise ValueError(f"pool_parts: {stem} has seed {seed} in parts {seen[seed]!r} and {part!r}; "
+                                 "parts must have disjoint seeds (the claims pair within a seed)")
+            seen[seed] = part
+    return pd.concat([t.assign(part=part) for part, t in tables.items()], ignore_index=True)
+
+
+def pool_parts(folders: dict[str, str | Path], out: str | Path, keep: tuple[str, ...] = ("sizing_*",)) -> pd.DataFrame:
+    """Write into `out` the parts' figure folders (part name -> folder) as one: per-seed tables several parts wrote
+    concatenated, every other file copied from its first part; earlier results in `out` not matching `keep` removed.
+    Returns (and saves as `pooled_parts`) the source of every file."""
+    folders = {part: Path(f) for part, f in folders.items()}
+    if missing := [str(f) for f in folders.values() if not f.is_dir()]:
+        raise FileNotFoundError(f"pool_parts: no figures folder {', '.join(missing)} (run the part first)")
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    for stale in out.iterdir():
+        if stale.suffix in POOLED_SUFFIXES and not any(stale.match(k + s) for k in keep for s in POOLED_SUFFIXES):
+            stale.unlink()
+    files, rows = part_files(folders), []
+    pooled = {name[:-4] for name, parts in files.items()
+              if name.endswith(".csv") and len(parts) > 1
+              and all("seed" in pd.read_csv(folders[p] / name, nrows=0).columns for p in parts)}
+    for name, parts in files.items():
+        stem, suffix = name.rsplit(".", 1)
+        if stem in pooled and suffix in ("csv", "md"):
+            if suffix == "csv":
+                t = pool_seed_tables({p: pd.read_csv(folders[p] / name) for p in parts}, stem)
+                head = (folders[parts[0]] / f"{stem}.md").read_text().split("\n\n")[0] if (folders[parts[0]] / f"{stem}.md").exists() else stem
+                note = (f"Pooled over parts {', '.join(parts)} (seeds {', '.join(map(str, sorted(set(t.seed))))}; column "
+                        f"part). The first part's caption: {head}")
+                t.to_csv(out / name, index=False)
+                (out / f"{stem}.md").write_text(f"{note}\n\n{t.to_markdown(index=False)}\n")
+                rows.append(dict(file=name, source="pooled: " + ", ".join(parts), rows=len(t)))
+            continue
+        text = (folders[parts[0]] / name).read_bytes()
+        if len(parts) > 1 and suffix in ("txt", "md"):  # the caption says which part it describes
+            text = (f"[From part {parts[0]} only; parts {', '.join(parts[1:])} have their own in figures/<part>/.] "
+                    ).encode() + text
+        (out / name).write_bytes(text)
+        rows.append(dict(file=name, source=parts[0], rows=None))
+    manifest = pd.DataFrame(rows, columns=["file", "source", "rows"])
+    manifest.to_csv(out / "pooled_parts.csv", index=False)
+    (out / "pooled_parts.md").write_text("The source of every file in this folder: pooled over the parts' seeds, or "
+                                         f"copied from one part.\n\n{manifest.to_markdown(index=False)}\n")
+    return manifest
 
 # %% ../nbs/10a_reproduce.ipynb #51719d36
 def finished_markers(runs: Path) -> dict[str, dict]:

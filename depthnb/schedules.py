@@ -12,7 +12,8 @@ from fractions import Fraction
 import pandas as pd
 
 from .config import STACK_METHODS, ModelConfig, check_block_size
-from .presets import resolve_size_class
+from .paper import table1_schedules
+from .presets import SAUNSHI_CLASSES, resolve_size_class
 from .solver import flops_per_token, model_config
 
 # %% auto #0
@@ -90,12 +91,9 @@ def speedup(n_layers: int, block_size: int, alpha: float = 1.0, kind: str = "pro
     return float(sum(steps) * Fraction(cost(n_layers)) / sum(t * Fraction(cost(d)) for t, d in zip(steps, depths)))
 
 # %% ../nbs/06a_schedules.ipynb #95aa7262
-TABLE1_SPEEDUPS = (  # (model, method, n_layers, block_size, alpha, printed speedup)
-    ("1B", "GradStack", 24, 4, 1, 1.39), ("1B", "MIDAS", 24, 4, 1, 1.39), ("1B", "MIDAS", 24, 3, 1, 1.41),
-    ("1B", "GradStack", 24, 4, 2, 1.24), ("1B", "MIDAS", 24, 4, 2, 1.24), ("1B", "MIDAS", 24, 3, 2, 1.26),
-    ("1B", "MIDAS", 24, 4, 3, 1.16), ("2B", "MIDAS", 48, 8, 1, 1.39), ("2B", "GradStack", 48, 8, 2, 1.24),
-    ("2B", "MIDAS", 48, 8, 2, 1.24), ("8B", "MIDAS", 72, 9, 2, 1.26),
-)
+TABLE1_SPEEDUPS = tuple(  # (model, method, n_layers, block_size, alpha, printed speedup)
+    (model, method, SAUNSHI_CLASSES[model].n_layers, block, alpha, printed)
+    for model, method, block, alpha, printed in table1_schedules())
 
 # %% ../nbs/06a_schedules.ipynb #28e354c8
 SAUNSHI_MODELS = {  # Appendix A.1; vocabulary assumed (T5's), not stated in the paper

@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 from itertools import permutations
-from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
@@ -14,11 +13,10 @@ import pandas as pd
 from scipy import stats
 
 # %% auto #0
-__all__ = ['LEVEL', 'FLOOR', 'RUNS_NEEDED', 'DECIDED', 'UNTESTED', 'POOLED_SUFFIXES', 'Interval', 't_interval',
-           'interval_verdict', 'combine', 'spearman', 'by_seed', 'depth_contrast', 'depth_trend', 'shuffle_within_seed',
-           'best_mean', 'at_floor', 'pct', 'describe', 'permutation_tail', 'between_seed_sd', 'single_run_interval',
-           'half_width', 'seeds_for_half_width', 'seed_spread', 'seed_list', 'robustness', 'part_files',
-           'pool_seed_tables', 'pool_parts']
+__all__ = ['LEVEL', 'FLOOR', 'RUNS_NEEDED', 'DECIDED', 'UNTESTED', 'Interval', 't_interval', 'interval_verdict', 'combine',
+           'spearman', 'by_seed', 'depth_contrast', 'depth_trend', 'shuffle_within_seed', 'best_mean', 'at_floor',
+           'pct', 'describe', 'permutation_tail', 'between_seed_sd', 'single_run_interval', 'half_width',
+           'seeds_for_half_width', 'seed_spread', 'seed_list', 'robustness', 'LinearFit', 'latency_fit']
 
 # %% ../nbs/08b_seeds.ipynb #32d5ca55
 LEVEL = 0.95  # every interval of the report
@@ -219,68 +217,18 @@ def robustness(full: str, without: dict, parts: dict | None = None) -> tuple[str
     reason = "; ".join(f"without seed {seed_list(s)}: {v}" for v, s in flips.items())
     return "inconclusive", f"fragile ({full} on every seed): {reason}" + part_text
 
-# %% ../nbs/08b_seeds.ipynb #7c2bca53
-POOLED_SUFFIXES = (".csv", ".md", ".png", ".pdf", ".txt")  # the files of a table or a figure
+# %% ../nbs/08b_seeds.ipynb #d1da2824
+class LinearFit(NamedTuple):
+    slope: float
+    intercept: float
+    r2: float
+    n: int
 
 
-def part_files(folders: dict[str, Path]) -> dict[str, list[str]]:
-    "Per file name of the parts' figure folders (tables and figures), the parts that have it, in order."
-    found: dict[str, list[str]] = {}
-    for part, folder in folders.items():
-        for path in sorted(Path(folder).iterdir()):
-            if path.suffix in POOLED_SUFFIXES and path.is_file():
-                found.setdefault(path.name, []).append(part)
-    return found
-
-
-def pool_seed_tables(tables: dict[str, pd.DataFrame], stem: str) -> pd.DataFrame:
-    "One table from the parts' per-seed tables (part -> table): rows concatenated; a seed in two parts is an error."
-    seen: dict[int, str] = {}
-    for part, t in tables.items():
-        for seed in sorted(set(t.seed)):
-            if seed in seen:
-                raise ValueError(f"pool_parts: {stem} has seed {seed} in parts {seen[seed]!r} and {part!r}; "
-                                 "parts must have disjoint seeds (the claims pair within a seed)")
-            seen[seed] = part
-    return pd.concat([t.assign(part=part) for part, t in tables.items()], ignore_index=True)
-
-
-def pool_parts(folders: dict[str, str | Path], out: str | Path, keep: tuple[str, ...] = ("sizing_*",)) -> pd.DataFrame:
-    """Write into `out` the parts' figure folders (part name -> folder) as one: per-seed tables several parts wrote
-    concatenated, every other file copied from its first part; earlier results in `out` not matching `keep` removed.
-    Returns (and saves as `pooled_parts`) the source of every file."""
-    folders = {part: Path(f) for part, f in folders.items()}
-    if missing := [str(f) for f in folders.values() if not f.is_dir()]:
-        raise FileNotFoundError(f"pool_parts: no figures folder {', '.join(missing)} (run the part first)")
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    for stale in out.iterdir():
-        if stale.suffix in POOLED_SUFFIXES and not any(stale.match(k + s) for k in keep for s in POOLED_SUFFIXES):
-            stale.unlink()
-    files, rows = part_files(folders), []
-    pooled = {name[:-4] for name, parts in files.items()
-              if name.endswith(".csv") and len(parts) > 1
-              and all("seed" in pd.read_csv(folders[p] / name, nrows=0).columns for p in parts)}
-    for name, parts in files.items():
-        stem, suffix = name.rsplit(".", 1)
-        if stem in pooled and suffix in ("csv", "md"):
-            if suffix == "csv":
-                t = pool_seed_tables({p: pd.read_csv(folders[p] / name) for p in parts}, stem)
-                head = (folders[parts[0]] / f"{stem}.md").read_text().split("\n\n")[0] if (folders[parts[0]] / f"{stem}.md").exists() else stem
-                note = (f"Pooled over parts {', '.join(parts)} (seeds {', '.join(map(str, sorted(set(t.seed))))}; column "
-                        f"part). The first part's caption: {head}")
-                t.to_csv(out / name, index=False)
-                (out / f"{stem}.md").write_text(f"{note}\n\n{t.to_markdown(index=False)}\n")
-                rows.append(dict(file=name, source="pooled: " + ", ".join(parts), rows=len(t)))
-            continue
-        text = (folders[parts[0]] / name).read_bytes()
-        if len(parts) > 1 and suffix in ("txt", "md"):  # the caption says which part it describes
-            text = (f"[From part {parts[0]} only; parts {', '.join(parts[1:])} have their own in figures/<part>/.] "
-                    ).encode() + text
-        (out / name).write_bytes(text)
-        rows.append(dict(file=name, source=parts[0], rows=None))
-    manifest = pd.DataFrame(rows, columns=["file", "source", "rows"])
-    manifest.to_csv(out / "pooled_parts.csv", index=False)
-    (out / "pooled_parts.md").write_text("The source of every file in this folder: pooled over the parts' seeds, or "
-                                         f"copied from one part.\n\n{manifest.to_markdown(index=False)}\n")
-    return manifest
+def latency_fit(df: pd.DataFrame, x: str = "n_layers", y: str = "seconds") -> LinearFit:
+    "Least-squares line y = slope * x + intercept over all rows, with R^2."
+    if df[x].nunique() < 2:
+        raise ValueError(f"latency_fit: need at least two distinct {x} values, got {sorted(df[x].unique())}")
+    fit = stats.linregress(df[x].to_numpy(float), df[y].to_numpy(float))
+    r2 = fit.rvalue**2 if np.isfinite(fit.rvalue) else 1.0  # a flat exact line has no defined r
+    return LinearFit(float(fit.slope), float(fit.intercept), float(r2), len(df))

@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from depthnb.analysis import (collect_metrics, common_loss_threshold, cumulative_share, effective_rank,
                               equal_loss_selection, equal_ppl_snapshots, equal_ppl_sweep, ffn_rank_curves,
-                              ffn_rank_profile, isoplot_frame, latency_fit, layer_similarity, layer_update_similarity,
-                              marchenko_pastur_spectrum, paper_table3, rank_fraction, rank_profiles, rank_summary, read_eval,
+                              ffn_rank_profile, isoplot_frame, layer_similarity, layer_update_similarity,
+                              marchenko_pastur_spectrum, rank_fraction, rank_profiles, rank_summary, read_eval,
                               relative_perplexity, runs_table, select_first_reaching, singular_spectrum, spectrum_auc,
                               summarize_seeds, table3, value_at_steps)
 from depthnb.presets import SIZE_CLASSES
@@ -196,14 +196,6 @@ def test_relative_perplexity():
     assert rel.loc[4, "ppl_ci"] == 0.0 and rel.loc[1, "n_seeds"] == 2
 
 
-def test_paper_table3_is_the_papers():
-    p = paper_table3().set_index(["size_class", "n_layers"])
-    assert p.loc[("41M", 5), "passivization"] == 89.9
-    assert p.loc[("134M", 32), "ppl"] == 19.2
-    assert p.loc[("374M", 1), "cogs_vf"] == 36.8
-    assert sorted(p.loc["134M"].index) == [1, 2, 4, 6, 8, 12, 16, 21, 26, 32]
-
-
 def test_table3_sets_the_papers_values_beside_ours():
     ppl = pd.DataFrame(dict(size_class="tiny", n_layers=[1, 1, 2], seed=[0, 1, 0], ppl=[100.0, 110.0, 80.0]))
     acc = pd.DataFrame(dict(size_class="tiny", n_layers=[1, 1, 2], seed=[0, 1, 0], task="cogs", accuracy=[0.1, 0.2, 0.5]))
@@ -328,25 +320,6 @@ def test_equal_loss_selection():
     # accuracy measured only at 100 and 200: the 4-layer run crosses 0.04 at 150, chosen at 200
     sparse = equal_loss_selection(loss, acc[acc.step.isin([100, 200])], 0.04).set_index("n_layers")
     assert sparse.loc[4, ["status", "crossing_step", "step"]].tolist() == ["between_snapshots", 150, 200]
-
-
-# ---------------------------------------------------------------- latency
-
-
-@pytest.mark.parametrize("slope,intercept", [(0.2, 0.1), (1.5, 0.0), (0.01, 3.0)])
-def test_latency_fit_exact_lines(slope, intercept):
-    depths = np.array([1, 2, 4, 6, 8, 12, 16, 24, 32])
-    fit = latency_fit(pd.DataFrame(dict(n_layers=depths, seconds=slope * depths + intercept)))
-    assert fit.slope == pytest.approx(slope) and fit.intercept == pytest.approx(intercept, abs=1e-9)
-    assert fit.r2 == pytest.approx(1.0, abs=1e-12) and fit.n == len(depths)
-
-
-def test_latency_fit_noise_and_errors():
-    df = pd.DataFrame(dict(n_layers=[1, 2, 3, 4], seconds=[1.0, 3.0, 2.0, 4.0]))
-    fit = latency_fit(df)
-    assert fit.slope == pytest.approx(0.8) and fit.r2 == pytest.approx(0.64)
-    with pytest.raises(ValueError, match="at least two distinct"):
-        latency_fit(df.assign(n_layers=3))
 
 
 # ---------------------------------------------------------------- layer similarity, isoplots

@@ -300,7 +300,8 @@ def test_power_calculation():
 # --- every rule with the paper's sign and value --------------------------------------------------------------------
 
 def test_paper_effects_have_the_papers_sign_and_value():
-    from depthnb.claims_midas import PAPER_GRADSTACK_GAP, paper_midas_gaps
+    from depthnb.claims_midas import paper_midas_gaps
+    from depthnb.paper import GRADSTACK_GAP
     from depthnb.claims_petty import (bend, paper_accuracy, paper_contrast, paper_diminishing, paper_log_ppl)
     assert round(paper_log_ppl(1) - paper_log_ppl(2), 3) == 0.385  # Fig. 2: ln(45.7 / 31.1), deeper is lower
     assert round(paper_diminishing(), 3) == 0.308  # Fig. 3a: the 1 -> 2 gain exceeds the 2 -> 4 gain
@@ -309,7 +310,7 @@ def test_paper_effects_have_the_papers_sign_and_value():
     assert paper_contrast("passivization", (1, 6)) > 0.7  # Fig. 4: +74.1 points
     acc = paper_accuracy("geoquery", (1, 3, 6))
     assert bend(acc, 1, 3, 6) > 0  # saturation: the curve bends over by the middle depth
-    assert round(PAPER_GRADSTACK_GAP, 3) == 0.017  # Saunshi Table 1: GradStack 2.045 minus MIDAS 2.028
+    assert round(GRADSTACK_GAP, 3) == 0.017  # Saunshi Table 1: GradStack 2.045 minus MIDAS 2.028
     paper_t1 = pd.DataFrame(dict(model=["1B", "1B", "1B"], method=["Baseline", "MIDAS", "MIDAS"],
                                  val_loss=[2.0, 2.036, 1.99]))
     assert round(paper_midas_gaps(paper_t1, "val_loss").max(), 3) == 0.036  # the non-inferiority margin's sign
@@ -441,7 +442,7 @@ def downstream_results(gap, seeds=1, base=0.2, noise=0.03, rng=None) -> pd.DataF
 
 
 def math_verdict(results) -> tuple[str, str]:
-    from depthnb.stack_results import DOWNSTREAM_CLAIMS
+    from depthnb.downstream_tables import DOWNSTREAM_CLAIMS
     check = next(check for where, _, check in DOWNSTREAM_CLAIMS if where == "§4.3, Tables 1, 5")
     return check(results, None)
 

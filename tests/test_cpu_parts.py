@@ -1,5 +1,5 @@
 """The `cpu` preset in parts: the parts resolve and fit the sizing study's 2-hour budget, `reproduce` runs
-each part once and pools them, `seeds.pool_parts` pairs by seed across parts, MIDAS -> COGS gets a paired interval
+each part once and pools them, `reproduce.pool_parts` pairs by seed across parts, MIDAS -> COGS gets a paired interval
 from three stacking seeds, and the training commands default to the reproduction's one thread. Nothing is trained."""
 import shutil
 from pathlib import Path
@@ -15,8 +15,7 @@ from depthnb.claims_petty import claim_depth_generalizes
 from depthnb.commands import threads_for
 from depthnb.config import Preset
 from depthnb.presets import PRESETS, load_preset, preset_depths, preset_stack_seeds, repo_root
-from depthnb.reproduce import experiment_order, reproduce
-from depthnb.seeds import pool_parts
+from depthnb.reproduce import experiment_order, pool_parts, reproduce
 from depthnb.train import WORKER_ENV
 
 PARTS = PRESETS["cpu"].parts

@@ -20,10 +20,9 @@ from depthnb.downstream import (DepthnbLM, apply_calculator, calculator_edit, ca
 from depthnb.downstream_tasks import (DOWNSTREAM_TASKS, GROUPS, cli_downstream, evaluate_config, evaluate_task,
                                      fits_context, gsm8k_finetune_data, gsm8k_finetune_dir, lm_eval_config,
                                      primitive_config, result_path, score_run, task_unavailable)
-from depthnb.inference import generate_many
-from depthnb.model import DecoderLM
+from depthnb.model import DecoderLM, generate_many
 from depthnb.runs import save_weights, write_or_check_config
-from depthnb.stack_results import DOWNSTREAM_CLAIMS, downstream_verdicts
+from depthnb.downstream_tables import DOWNSTREAM_CLAIMS, downstream_verdicts
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,8 @@ import torch  # noqa: E402
 
 from depthnb.analysis import (common_loss_threshold, equal_loss_selection, equal_ppl_sweep, ffn_rank_curves,  # noqa: E402
                               ffn_rank_profile, isoplot_frame, layer_similarity, layer_update_similarity,
-                              paper_table3, rank_summary)
+                              rank_summary)
+from depthnb.paper import petty_table3_paper  # noqa: E402
 from depthnb.presets import SIZE_CLASSES  # noqa: E402
 from depthnb.config import ModelConfig
 from depthnb.model import DecoderLM  # noqa: E402
@@ -87,7 +88,7 @@ def test_figure_relative_perplexity_rules(ppl_runs, out):
 
 
 def test_figure_generalization_from_paper_table(out):
-    acc = paper_table3().melt(id_vars=["size_class", "n_layers"], value_vars=["cogs", "cogs_vf", "geoquery", "passivization"],
+    acc = petty_table3_paper().melt(id_vars=["size_class", "n_layers"], value_vars=["cogs", "cogs_vf", "geoquery", "passivization"],
                               var_name="task", value_name="accuracy").assign(seed=0)
     acc["accuracy"] /= 100
     fig = figure_generalization(acc)

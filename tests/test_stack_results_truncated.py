@@ -3,7 +3,7 @@ per method in Tables 1, 2 and 3-5 of ours (the paper's rows have none), unknown 
 import pandas as pd
 
 from depthnb.downstream_tasks import DOWNSTREAM_TASKS, GROUPS
-from depthnb.stack_results import downstream_table1, downstream_table2, downstream_task_table, truncated_count
+from depthnb.downstream_tables import downstream_table1, downstream_table2, downstream_task_table, truncated_count
 
 
 def _rows(method, group, tasks, calc, cut):
