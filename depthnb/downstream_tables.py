@@ -70,7 +70,7 @@ def downstream_task_table(results: pd.DataFrame, table: int, model: str) -> pd.D
     group = TASK_TABLE_GROUPS[table]
     r = calculator_setting(results[results.group == group], True)
     ours = _ours(r, model).set_index("method")
-    acc = r.set_index(["method", "task"]).accuracy.unstack("task").reindex(columns=list(GROUP_TASKS[group])) * 100
+    acc = r.groupby(["method", "task"]).accuracy.mean().unstack("task").reindex(columns=list(GROUP_TASKS[group])) * 100
     ours = ours.join(acc).assign(truncated=truncated_count(r)).reset_index()
     return pd.concat([ours, downstream_paper(table)], ignore_index=True)[_ROW_KEYS + ["val_loss", *GROUP_TASKS[group],
                                                                                      "truncated"]]
@@ -96,7 +96,7 @@ def tydiqa_context_table(results: pd.DataFrame, model: str) -> pd.DataFrame:
     paper = downstream_paper(3)[_ROW_KEYS + ["tydiqa_nocontext"]].join(downstream_paper(4)[["tydiqa_goldp"]])
     r = results[results.task.isin(["tydiqa_nocontext", "tydiqa_goldp"])]
     ours = _ours(r, model).drop(columns="val_loss").set_index("method")
-    ours = ours.join(r.set_index(["method", "task"]).accuracy.unstack("task").reindex(
+    ours = ours.join(r.groupby(["method", "task"]).accuracy.mean().unstack("task").reindex(
         columns=["tydiqa_nocontext", "tydiqa_goldp"]) * 100)
     ours["missing"] = r.groupby("method").missing.agg(lambda m: "; ".join(dict.fromkeys(m.dropna())) or None)
     out = pd.concat([ours.reset_index(), paper], ignore_index=True)
