@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from .paper import GRADSTACK_GAP, TASK_NAMES, table1_val_loss, table6_paper
+from .paper import GRADSTACK_GAP, TASK_NAMES, table1_val_loss, table6_paper, table6_title
 from .schedules import TABLE1_SPEEDUPS, speedup
 from .seeds import (FLOOR, LEVEL, Interval, at_floor, between_seed_sd, combine, describe, interval_verdict, pct,
                            single_run_interval, t_interval)
@@ -399,8 +399,8 @@ def claim_arithmetic_poor(t6: pd.DataFrame) -> tuple[str, str]:
     """Saunshi: arithmetic and pre-school math without a calculator score below pre-school math with one; holds if so
     for both methods, not testable at the floor."""
     t6 = t6.set_index("title")
-    rows = {"arithmetic": "Arithmetic-only", "no calculator": "Pre-school math (PSM), no calculator",
-            "calculator": "Pre-school math (PSM), with calculator"}
+    rows = {"arithmetic": table6_title("arithmetic"), "no calculator": table6_title("psm"),
+            "calculator": table6_title("psm", calculator=True)}
     if missing := [t for t in rows.values() if t not in t6.index]:
         return f"no {', '.join(missing)} row at this preset", "not testable"
     t = t6.loc[list(rows.values())].set_axis(list(rows))

@@ -11,7 +11,7 @@ import pandas as pd
 __all__ = ['TASK_NAMES', 'PETTY_OPTIMAL_DEPTH', 'TABLE1_PAPER', 'TABLE1_COLUMNS', 'GRADSTACK_GAP', 'GROUP_TASKS',
            'CALCULATOR_GROUPS', 'TASK_TABLE_GROUPS', 'TABLE2_PAPER', 'TABLE2_COLUMNS', 'TABLE3_PAPER', 'TABLE4_PAPER',
            'TABLE5_PAPER', 'TABLE6_TITLES', 'TABLE6_PAPER', 'TABLE7_PAPER', 'petty_table3_paper', 'table1_paper',
-           'table1_schedules', 'table1_val_loss', 'downstream_paper', 'table6_paper']
+           'table1_schedules', 'table1_val_loss', 'downstream_paper', 'table6_title', 'table6_paper']
 
 # %% ../nbs/00c_paper.ipynb #030d33b5
 TASK_NAMES = {"cogs": "COGS", "cogs_vf": "COGS-vf", "geoquery": "GeoQuery", "passivization": "English Passivization"}
@@ -172,12 +172,16 @@ TABLE6_PAPER = (  # (row, task, calculator, MIDAS %, baseline %)
 )
 
 
+def table6_title(task: str, calculator: bool = False) -> str:
+    "Table 6's label of a row: the task's title, and for pre-school math whether the calculator was used."
+    return TABLE6_TITLES[task] + (f", {'with' if calculator else 'no'} calculator" if task == "psm" else "")
+
+
 def table6_paper() -> pd.DataFrame:
     "Table 6 of Saunshi et al. (5-shot accuracy, %), one row per (task, metric)."
     rows = []
     for row, task, calc, midas, base in TABLE6_PAPER:
-        title = TABLE6_TITLES[task] + (", " + ("with" if calc else "no") + " calculator" if task == "psm" else "")
-        rows.append(dict(row=row, task=task, calculator=calc, title=title, midas=midas, baseline=base))
+        rows.append(dict(row=row, task=task, calculator=calc, title=table6_title(task, calc), midas=midas, baseline=base))
     return pd.DataFrame(rows)
 
 # %% ../nbs/00c_paper.ipynb #60b0b389

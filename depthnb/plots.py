@@ -25,7 +25,7 @@ from .paper import TASK_NAMES
 from .seeds import latency_fit
 from .config import PrimitiveConfig
 from .growth import grow_layout
-from .paper import TABLE7_PAPER
+from .paper import TABLE7_PAPER, table6_title
 from .primitives import PRIMITIVE_TASKS, ft_summary
 from .runs import read_metrics
 from .schedules import stage_depths
@@ -610,7 +610,7 @@ def figure_primitives(t6: pd.DataFrame, models: list[str], ft_logs: dict[str, pd
         for xi, g in zip(x, t["random guess"]):
             if pd.notna(g):
                 ax.hlines(g, xi - 0.45, xi + 0.45, colors="#aa0000", linestyles="--", lw=1)
-        labels = [str(s).replace("Variable assignment", "Var.").replace("Pre-school math (PSM), with calculator", "PSM-calc")
+        labels = [str(s).replace("Variable assignment", "Var.").replace(table6_title("psm", calculator=True), "PSM-calc")
                   for s in t["title"]]
         ax.set_xticks(x, labels, rotation=30, ha="right", fontsize=8)
         ax.set_title(title, fontsize=10)
