@@ -227,7 +227,7 @@ def run_bench(best: str, args) -> int:
     rc = 0
     for size_class in args.shapes:
         flags = SHRUNK_BENCH if args.shrink else BENCH[size_class]
-        cmd = [sys.executable, "-c", "import sys; from depthnb.bench import cli_bench; sys.exit(cli_bench(sys.argv[1:]))",
+        cmd = [sys.executable, "-c", "import sys; from depthnb.cmd_bench import cli_bench; sys.exit(cli_bench(sys.argv[1:]))",
                "--device", args.device, *flags, "--attn-impl", best, "--record", str(args.record),
                "--json", str(Path(args.out) / f"bench_{size_class}.json"), "--note", f"attention check: {best}"]
         print("running:", " ".join(cmd[3:]), flush=True)

@@ -7,28 +7,20 @@ from __future__ import annotations
 
 import json
 import resource
-import shlex
 import statistics
-import sys
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import torch
 from scipy import stats
 
-from .commands import CommandParser, UsageError, choices
-from .presets import SIZE_CLASSES
 from .devices import mfu, peak_flops
-from .scenarios import (ATTN_VARIANTS, CPU_COMPILE_MIN_STEPS, PRESET_CLASSES, BenchConfig, bench_cogs,
-                               bench_decoding, bench_midas, bench_model_config, bench_training, cogs_lengths, guarded,
-                               memory_check, paper_batch)
+from .scenarios import BenchConfig, bench_decoding, bench_model_config, bench_training
 from .timing import environment
 
 # %% auto #0
-__all__ = ['RESULTS_HEADER', 'CPU_DEFAULTS', 'paired_ratio', 'summarize', 'BenchResult', 'run_bench', 'format_summary',
-           'format_result', 'record', 'bench_config_from_args', 'recorded_command', 'bench_selection', 'cli_bench']
+__all__ = ['RESULTS_HEADER', 'paired_ratio', 'summarize', 'BenchResult', 'run_bench', 'format_summary', 'format_result', 'record']
 
 # %% ../nbs/11_bench.ipynb #5af66bb3
 def paired_ratio(rows: pd.DataFrame, name: str, level: float = 0.95) -> tuple[float, float]:
@@ -201,132 +193,3 @@ def record(res: BenchResult, path: str | Path = "benchmarks/RESULTS.md") -> Path
     text = path.read_text() if path.exists() else RESULTS_HEADER
     path.write_text(text.rstrip() + "\n\n" + format_result(res))
     return path
-
-# %% ../nbs/11_bench.ipynb #a3aeb248
-CPU_DEFAULTS = dict(size_class="tiny", n_layers=2, n_ctx=64, batch=4, steps=2, warmup=1, rounds=3,
-                    decode_batch=4, prompt_len=8, new_tokens=16, decode_rounds=3)
-
-
-def _parser() -> CommandParser:
-    ap = CommandParser("depthnb bench", "Training tokens/s, MFU, peak memory and decoding throughput of DecoderLM "
-                       "vs a nanoGPT-style reference of the same shape.", preset=False)
-    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="cpu, cuda, cuda:1, …")
-    ap.add_argument("--size-class", help=f"one of {[*PRESET_CLASSES, *SIZE_CLASSES]} (default: 134M on CUDA, tiny on CPU)")
-    ap.add_argument("--layers", type=int, dest="n_layers", help="depth (default: 12 on CUDA, 2 on CPU)")
-    ap.add_argument("--n-ctx", type=int, help="sequence length (default: 1024 on CUDA, 64 on CPU)")
-    ap.add_argument("--batch", type=int, help="sequences per micro-batch (default: 16 on CUDA, 4 on CPU)")
-    ap.add_argument("--accum", type=int, help="micro-batches per optimizer step (default 1)")
-    ap.add_argument("--paper-batch", action="store_true", help="accumulate to the paper's 128 sequences per step")
-    ap.add_argument("--memory-budget-gb", type=float, default=80.0, help="budget for --paper-batch (default 80)")
-    ap.add_argument("--attn-impl", default=None, help=f"comma-separated depthnb contenders, of {list(ATTN_VARIANTS)} "
-                    "(default: sdpa,flex on CUDA, sdpa on CPU)")
-    ap.add_argument("--no-reference", dest="reference", action="store_false", help="skip the reference model")
-    ap.add_argument("--compile", dest="compile", action="store_true", default=None, help="torch.compile the trained models (default: on CUDA, and on the CPU for runs "
-                    f"of >= {CPU_COMPILE_MIN_STEPS} steps)")
-    ap.add_argument("--no-compile", dest="compile", action="store_false", help="never torch.compile")
-    ap.add_argument("--compile-mode", help="torch.compile mode, e.g. max-autotune-no-cudagraphs")
-    ap.add_argument("--fp32", dest="bf16", action="store_false", default=None, help="no bf16 autocast on CUDA")
-    for name, kind in (("steps", int), ("warmup", int), ("rounds", int), ("decode-batch", int),
-                       ("prompt-len", int), ("new-tokens", int), ("decode-rounds", int), ("seed", int)):
-        ap.add_argument(f"--{name}", type=kind, help=f"BenchConfig.{name.replace('-', '_')}")
-    ap.add_argument("--parts", default="train,decode", help="comma-separated: train, decode, cogs, midas")
-    ap.add_argument("--cogs-tsv", help="COGS gen.tsv (default: tasks.load_task('cogs')['gen'] if available)")
-    ap.add_argument("--tokenizer", help="SentencePiece model for COGS token lengths (default: whitespace tokens)")
-    ap.add_argument("--cogs-limit", type=int, help="decode only the first N COGS gen examples")
-    ap.add_argument("--cogs-batch", type=int, default=512, help="COGS decoding batch size (default 512)")
-    ap.add_argument("--midas-block", type=int, default=1, help="MIDAS block size b (default 1)")
-    ap.add_argument("--midas-steps", type=int, default=200, help="total steps of the MIDAS and baseline runs")
-    ap.add_argument("--midas-alpha", type=float, default=1.0, help="Prop-alpha schedule (default 1)")
-    ap.add_argument("--record", nargs="?", const="benchmarks/RESULTS.md", help="append to this results file "
-                    "(default benchmarks/RESULTS.md)")
-    ap.add_argument("--note", default="", help="a remark stored with the recorded run (e.g. machine shared)")
-    ap.add_argument("--json", help="also write the full results (every round) to this JSON file")
-    return ap
-
-
-def bench_config_from_args(args) -> BenchConfig:
-    "A `BenchConfig` from parsed arguments: device-dependent defaults, then the flags given."
-    cuda = torch.device(args.device).type == "cuda"
-    base = BenchConfig(device=args.device) if cuda else BenchConfig(device=args.device, **CPU_DEFAULTS)
-    impls = args.attn_impl or ("sdpa,flex" if cuda else "sdpa")
-    given = {k: v for k, v in dict(size_class=args.size_class, n_layers=args.n_layers, n_ctx=args.n_ctx,
-                                   batch=args.batch, accum=args.accum, bf16=args.bf16, compile=args.compile,
-                                   compile_mode=args.compile_mode, steps=args.steps, warmup=args.warmup,
-                                   rounds=args.rounds, decode_batch=args.decode_batch, prompt_len=args.prompt_len,
-                                   new_tokens=args.new_tokens, decode_rounds=args.decode_rounds,
-                                   seed=args.seed).items() if v is not None}
-    bc = replace(base, attn_impls=tuple(s.strip() for s in impls.split(",") if s.strip()),
-                 reference=args.reference, **given)
-    return paper_batch(bc) if args.paper_batch else bc
-
-# %% ../nbs/11_bench.ipynb #de6295df
-def recorded_command(argv: list[str]) -> str:
-    "`depthnb bench` and `argv` as a shell line, absolute paths under the current folder made relative to it."
-    cwd = Path.cwd()
-
-    def relative(value: str) -> str:
-        path = Path(value)
-        if not path.is_absolute() or not path.is_relative_to(cwd):
-            return value
-        return str(path.relative_to(cwd))
-
-    def arg(a: str) -> str:  # `--json=/abs/x.json` as well as `/abs/x.json`
-        flag, eq, value = a.partition("=")
-        return f"{flag}={relative(value)}" if eq and flag.startswith("--") else relative(a)
-    return "depthnb bench " + shlex.join(arg(a) for a in argv)
-
-# %% ../nbs/11_bench.ipynb #91c038bd
-def bench_selection(args) -> tuple[BenchConfig, tuple[str, ...]]:
-    "The `BenchConfig` and parts that parsed `depthnb bench` arguments ask for; `UsageError` if one is bad."
-    parts = choices(args.parts, "part", ("train", "decode", "cogs", "midas"))
-    try:
-        device = torch.device(args.device)
-    except RuntimeError:
-        raise UsageError(f"--device {args.device}: not a device; allowed: cpu, cuda, cuda:N") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        build = "a CPU-only build" if torch.version.cuda is None else f"built for CUDA {torch.version.cuda}, but sees no GPU"
-        raise UsageError(f"--device {args.device}: CUDA is not available (torch {torch.__version__} is {build}); "
-                         "use --device cpu, or on a GPU machine install a CUDA build of PyTorch: "
-                         "pip install torch --index-url https://download.pytorch.org/whl/cu126")
-    for option in ("n_layers", "n_ctx", "batch", "accum", "steps", "rounds", "decode_rounds", "cogs_limit"):
-        value = getattr(args, option, None)
-        if value is not None and value < 1:
-            raise UsageError(f"--{option.replace('_', '-').replace('n-layers', 'layers')} {value}: out of range; "
-                             "allowed: integers ≥ 1")
-    try:
-        return bench_config_from_args(args), parts
-    except ValueError as e:
-        raise UsageError(str(e)) from None
-
-
-def cli_bench(argv: list[str] | None = None) -> int:
-    "`depthnb bench`: measure, print, and optionally record."
-    ap = _parser()
-
-    def command(args) -> int:
-        bc, parts = bench_selection(args)
-        if not bc.on_cuda and any(ATTN_VARIANTS[v][0] == "flex" for v in bc.attn_impls):
-            print("note: attn_impl='flex' acts on CUDA only; on the CPU depthnb[flex] runs SDPA", file=sys.stderr)
-        res = run_bench(bc, parts)
-        res.command = recorded_command(argv if argv is not None else sys.argv[1:])
-        res.note = args.note
-        if args.paper_batch:
-            res.extra["memory_vs_budget"] = memory_check(res.summary, args.memory_budget_gb)
-        if "cogs" in parts:
-            lengths, source = cogs_lengths(args.cogs_tsv, args.tokenizer, args.cogs_limit)
-            timing, errors = bench_cogs(bc, lengths, source, args.cogs_batch)
-            res.extra["cogs_gen_decoding"] = timing
-            res.errors.update(errors)
-        if "midas" in parts:
-            midas = guarded(res.errors, "midas", lambda: bench_midas(bc, args.midas_block, args.midas_steps,
-                                                                   args.midas_alpha, variant=bc.attn_impls[0]), True)
-            if midas is not None:
-                res.extra["midas_wall_clock"] = midas
-        print(format_result(res))
-        if args.json:
-            Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-            Path(args.json).write_text(json.dumps(res.to_json(), indent=1, default=str))
-        if args.record:
-            print(f"appended to {record(res, args.record)}")
-        return 1 if res.errors else 0
-    return ap.run(command, argv)

@@ -13,15 +13,15 @@ __all__ = ['SUBCOMMANDS', 'subcommand', 'main']
 
 # %% ../nbs/10_cli.ipynb #e44d1408
 SUBCOMMANDS: dict[str, tuple[str, str]] = {  # name: ("module:function", one-line help)
-    "data": ("depthnb.data:cli_data", "fetch, verify and cache the datasets"),
-    "pretrain": ("depthnb.train:cli_pretrain", "pretrain one model of a preset's depth family"),
+    "data": ("depthnb.cmd_data:cli_data", "fetch, verify and cache the datasets"),
+    "pretrain": ("depthnb.cmd_pretrain:cli_pretrain", "pretrain one model of a preset's depth family"),
     "finetune": ("depthnb.cmd_finetune:cli_finetune", "fine-tune a pretrained model on a compositional task"),
     "evaluate": ("depthnb.cmd_finetune:cli_evaluate", "score a fine-tuned model on a task split"),
-    "stack": ("depthnb.stacking:cli_stack", "train a baseline, GradStack, MIDAS or progressive run"),
-    "downstream": ("depthnb.downstream_tasks:cli_downstream",
+    "stack": ("depthnb.cmd_stack:cli_stack", "train a baseline, GradStack, MIDAS or progressive run"),
+    "downstream": ("depthnb.cmd_downstream:cli_downstream",
                    "score runs on Saunshi's downstream tasks through lm-eval: QA, math, GSM8k, calculator"),
-    "bench": ("depthnb.bench:cli_bench", "measure throughput, MFU, memory and decoding speed"),
-    "plan": ("depthnb.plan:cli_plan", "before booking a cluster: parameters, FLOPs, memory per GPU (DDP/FSDP), GPU-hours"),
+    "bench": ("depthnb.cmd_bench:cli_bench", "measure throughput, MFU, memory and decoding speed"),
+    "plan": ("depthnb.cmd_plan:cli_plan", "before booking a cluster: parameters, FLOPs, memory per GPU (DDP/FSDP), GPU-hours"),
     "reproduce": ("depthnb.cmd_reproduce:cli_reproduce", "run a preset's experiment notebooks in order"),
 }
 

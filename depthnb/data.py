@@ -25,18 +25,16 @@ import sentencepiece as spm
 import torch
 from tqdm import tqdm
 
-from .commands import CommandParser, choices, preset_from_args
 from .config import DataConfig, check_range
 from .runs import atomic_write_text, file_lock, sha256_file
-from .sources import (EVAL_SETS, cache_dir, checkout_relative, corpus_inputs, default_mirror, fetch_data,
-                             notice, pretraining_texts, registry)
+from .sources import EVAL_SETS, cache_dir, corpus_inputs, notice, pretraining_texts
 
 
 # %% auto #0
 __all__ = ['PAD_ID', 'EOS_ID', 'UNK_ID', 'SEP_ID', 'SEP_PIECE', 'TOKENIZER_SETTINGS', 'TOKENIZER_THREADS', 'TEXT_VERSION',
            'CacheError', 'mixture_cache', 'train_inputs', 'train_texts', 'Tokenizer', 'load_tokenizer', 'tokenizer_key',
            'train_tokenizer', 'token_dtype', 'meta_path', 'pack_tokens', 'read_tokens', 'TokenBlocks',
-           'PretrainingData', 'prepare_pretraining', 'cli_data']
+           'PretrainingData', 'prepare_pretraining']
 
 # %% ../nbs/03_data.ipynb #8f3d6a1e
 class CacheError(ValueError):
@@ -581,39 +579,3 @@ def prepare_pretraining(data_cfg: DataConfig, n_ctx: int, seed: int = 0, progres
     if log and time.time() - t0 > 1:
         log(f"pretraining data ready in {time.time() - t0:.1f} s: {train}")
     return PretrainingData(tokenizer, train, evals)
-
-# %% ../nbs/03_data.ipynb #dcead512
-def cli_data(argv: list[str] | None = None) -> int:
-    "depthnb data [--only NAMES] [--mirror PATH|none] [--list] [--prepare --preset P --set K=V]"
-    ap = CommandParser("depthnb data", "Fetch the datasets of data/sources.toml into data/cache/raw/ (from a mirror "
-                       "or the canonical sources) and verify their sha256.")
-    ap.add_argument("--only", default="", help="comma-separated datasets (default: all): " + ", ".join(registry()))
-    ap.add_argument("--mirror", default=None, help="local mirror folder, or 'none' to download "
-                    "(default: $DEPTHNB_DATA_MIRROR, else ../shared/data if present)")
-    ap.add_argument("--list", action="store_true", help="list the registry and exit")
-    ap.add_argument("--prepare", action="store_true", help="also train the tokenizer and pack the pretraining "
-                    "data of --preset")
-
-    def command(args) -> int:
-        reg = registry()
-        if args.list:
-            for d in reg.values():
-                print(f"{d.name:<14} {d.title}\n{'':<14} license: {d.license}")
-                for f in d.files:
-                    print(f"{'':<14} {f.file}  sha256 {f.sha256[:12]}…  {f.url}")
-                if d.hub:
-                    print(f"{'':<14} streamed from the Hugging Face hub: {d.hub} ({d.config})")
-            return 0
-        only = list(choices(args.only, "dataset", list(reg))) or None
-        preset = preset_from_args(args) if args.prepare else None
-        mirror = default_mirror() if args.mirror is None else (None if args.mirror.lower() in ("", "none") else Path(args.mirror))
-        print(f"depthnb data: fetching {', '.join(only or [n for n, d in reg.items() if d.files])} "
-              f"from {'mirror ' + checkout_relative(mirror) if mirror else 'the canonical sources'} "
-              f"into {checkout_relative(cache_dir() / 'raw')}")  # paths in or beside the checkout: relative to it
-        paths = fetch_data(only, mirror=mirror if mirror is not None else "none", verify=True, log=print)
-        print(f"depthnb data: {len(paths)} files verified")
-        if preset is not None:
-            data = prepare_pretraining(preset.pretrain.data, preset.pretrain.model.n_ctx, verify=True)
-            print(data.summary().to_string())
-        return 0
-    return ap.run(command, argv)

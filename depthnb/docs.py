@@ -5,7 +5,6 @@
 # %% ../nbs/12_docs.ipynb #f1860f70
 from __future__ import annotations
 
-import argparse
 import configparser
 import hashlib
 import html
@@ -31,7 +30,6 @@ from .reproduce import EXPERIMENTS
 from .site_results import (escape_pseudo_tags, experiment_owners, experiment_results, gallery_html, page_outputs,
                                   paper_order, preset_outputs, relative_url, report_markdown, report_sections,
                                   results_markdown, short_caption, shown_presets, verdict_table, with_results)
-from .sitecheck import BROWSER_REQUIREMENTS, CHECKED_PAGES, MATH_PAGES, check_site
 
 # %% auto #0
 __all__ = ['DOCS_REQUIREMENTS', 'NO_DOCSTRING', 'SITE_CSS', 'CLAIM_PAGES', 'PLAN_PAGE', 'PLAN_PRESETS', 'HOME_FOLD_ROWS',
@@ -41,7 +39,7 @@ __all__ = ['DOCS_REQUIREMENTS', 'NO_DOCSTRING', 'SITE_CSS', 'CLAIM_PAGES', 'PLAN
            'notebooks_table', 'folded', 'fold_tables', 'mathjax_static', 'sphinx_conf', 'toctree',
            'insert_after_heading', 'claims_markdown', 'plan_markdown', 'built_sources', 'add_offline_search',
            'DocsBuild', 'missing_requirements', 'install_requirements', 'write_site_source', 'build_docs',
-           'html_table_markdown', 'readme_markdown', 'write_readme', 'main']
+           'html_table_markdown', 'readme_markdown', 'write_readme']
 
 # %% ../nbs/12_docs.ipynb #c2f34bde
 DOCS_REQUIREMENTS = ("sphinx>=8", "myst-nb>=1.2", "sphinx-book-theme>=1.1", "sphinx-mathjax-offline>=0.0.2")
@@ -868,45 +866,7 @@ def write_readme(root: str | Path | None = None) -> Path:
     (root / "README.md").write_text(readme_markdown(root))
     return root / "README.md"
 
-# %% ../nbs/12_docs.ipynb #36c68463
-def main(argv: list[str] | None = None) -> int:
-    "`python -m depthnb.docs deps|build|check|readme [--out DIR] [--screenshots DIR] [--no-build]`."
-    ap = argparse.ArgumentParser(prog="python -m depthnb.docs", description=main.__doc__)
-    ap.add_argument("command", choices=("deps", "build", "check", "readme"))
-    ap.add_argument("--out", default=None, help="site folder (default: _docs/)")
-    ap.add_argument("--screenshots", default="runs/docs-screenshots", help="where `check` saves screenshots")
-    ap.add_argument("--no-build", action="store_true", help="`check` an already built site")
-    ap.add_argument("--browser", action="store_true", help="`deps`: Playwright too, for `check`")
-    ap.add_argument("--preset", default="tiny", help="experiment pages show the outputs of this preset's runs, if any")
-    args = ap.parse_args(argv)
-    root = find_root()
-    if args.command == "deps":  # the docs requirements; `deps --browser` adds Playwright
-        installed = install_requirements(DOCS_REQUIREMENTS + (BROWSER_REQUIREMENTS if args.browser else ()))
-        print(f"installed {' '.join(installed)}" if installed else "docs requirements: all installed")
-        return 0
-    if args.command == "readme":
-        print(f"{write_readme(root)} regenerated from nbs/index.ipynb")
-        return 0
-    if args.command == "build" or not args.no_build:
-        build = build_docs(root, args.out, preset=args.preset)
-        for w in build.warnings:
-            print(w, file=sys.stderr)
-        site = build.site
-    else:
-        site = Path(args.out or root / "_docs")
-    if args.command == "check":
-        result = check_site(site, CHECKED_PAGES, root / args.screenshots)
-        for c in result.pages:
-            print(f"{c.page}: HTTP {c.status}, {c.images} images ({len(c.images_broken)} broken), "
-                  f"{c.math_typeset}/{c.math} math typeset, screenshot {c.screenshot}")
-        print(f"opened {len(result.pages)} pages in Chromium, crawled {len(result.crawled)}, {len(result.broken_links)} broken links, "
-              f"search 'solver': {result.search_results} results, {result.seconds:.0f} s")
-        problems = result.problems(need_math=MATH_PAGES, need_images=("index.html", "experiments/petty_pretrain.html"))
-        for p in problems:
-            print("PROBLEM:", p, file=sys.stderr)
-        return 1 if problems else 0
-    return 0
-
-
+# %% ../nbs/12_docs.ipynb #f1b110fb
 if __name__ == "__main__" and "__file__" in globals():  # `python -m depthnb.docs`, not a notebook kernel
+    from depthnb.cmd_docs import main  # the command line is the wing's (10j_cmd_docs)
     sys.exit(main())

@@ -29,12 +29,11 @@ from lm_eval.evaluator import evaluate
 from lm_eval.tasks import TaskManager
 from lm_eval.tasks._yaml_loader import load_yaml
 
-from .commands import CommandParser, UsageError, family_from_args, preset_from_args, add_family_args
 from .presets import get_preset
 from .downstream import DepthnbLM, calculator_edit, format_number, safe_eval, CalculatorError
 from .finetune import finetune, finetune_config, run_tokenizer
 from .primitives import PRIMITIVE_TASKS, few_shot, holdout_set, score_primitive, get_task
-from .runs import atomic_write_text, is_done, load_model, pretrain_run_dir, source_run_dir
+from .runs import atomic_write_text, load_model, source_run_dir
 from .sources import FetchError, data_path
 from .tasks import HELD_OUT_SPLIT
 
@@ -45,7 +44,7 @@ __all__ = ['DOWNSTREAM_TASKS', 'GROUPS', 'TABLE1_GROUPS', 'TASKS_DIR', 'FEWSHOT_
            'task_yaml_config', 'lm_eval_config', 'primitive_dataset', 'primitive_results', 'primitive_yaml_config',
            'primitive_config', 'task_yaml', 'lm_eval_task_files', 'write_lm_eval_tasks', 'quiet_lm_eval',
            'evaluate_config', 'evaluate_task', 'fits_context', 'ContextTooShort', 'gsm8k_finetune_data', 'result_dir',
-           'gsm8k_finetune_dir', 'finetune_gsm8k', 'result_path', 'select_tasks', 'score_run', 'cli_downstream']
+           'gsm8k_finetune_dir', 'finetune_gsm8k', 'result_path', 'select_tasks', 'score_run']
 
 # %% ../nbs/07b_downstream_tasks.ipynb #9595ac1b
 def _expression(text: str) -> str:
@@ -489,7 +488,7 @@ def result_path(source: str | Path, task: str, shots: int, calculator: bool, lim
 
 
 def select_tasks(text: str | None) -> list[str]:
-    "Tasks named by comma-separated groups or task names (default: Table 1's groups and GSM8k)."
+    "Tasks named by comma-separated groups or task names (default: Table 1's groups and GSM8k); `ValueError` names an unknown one."
     names = [s for s in (text or "").split(",") if s] or [*TABLE1_GROUPS, "gsm8k"]
     out = []
     for n in names:
@@ -498,7 +497,7 @@ def select_tasks(text: str | None) -> list[str]:
         elif n in DOWNSTREAM_TASKS:
             out.append(n)
         else:
-            raise UsageError(f"--tasks: unknown task or group {n!r}; groups: {', '.join(GROUPS)}; "
+            raise ValueError(f"unknown task or group {n!r}; groups: {', '.join(GROUPS)}; "
                              f"tasks: {', '.join(DOWNSTREAM_TASKS)}")
     return list(dict.fromkeys(out))
 
@@ -543,55 +542,3 @@ def score_run(source: str | Path, tasks: list[str], *, shots: int | None = None,
             log(f"{path}: {rec['title']} {rec['shots']}-shot{' with calculator' if calc else ''}: "
                 f"{rec['metric']} {rec['accuracy']:.3f} (n={rec['n']}{cut}, {rec['seconds']:.1f} s)")
     return records
-
-# %% ../nbs/07b_downstream_tasks.ipynb #280bb18d
-def cli_downstream(argv: list[str] | None = None) -> int:
-    "depthnb downstream [RUN ...] [--preset P --layers N,.. --seeds S,..] [--tasks G,..] [--shots K] [--limit N] [--calculator on|off|both]"
-    ap = CommandParser("depthnb downstream", "Score runs on Saunshi et al.'s downstream tasks through lm-evaluation-harness; "
-                       "one JSON per run and task under <run>/downstream/, finished tasks skipped.")
-    ap.add_argument("runs", nargs="*", help="run directories or weights files (default: the preset's finished pretraining runs)")
-    add_family_args(ap)
-    ap.add_argument("--tasks", default=None, help=f"comma-separated groups ({', '.join(GROUPS)}) or tasks "
-                    "(default: closed_book_qa,open_book_qa,math,gsm8k)")
-    ap.add_argument("--shots", type=int, default=None, help="few-shot examples (default: each task's, e.g. math 5, gsm8k 8)")
-    ap.add_argument("--limit", type=int, default=None, help="score the first N examples of each task")
-    ap.add_argument("--calculator", default="both", choices=("on", "off", "both"),
-                    help="for math and GSM8k: with the calculator, without, or both (default)")
-    ap.add_argument("--batch-size", type=int, default=16, help="requests per forward pass")
-    ap.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, ...")
-    ap.add_argument("--overwrite", action="store_true", help="score again even where a result exists")
-    ap.add_argument("--verbose", action="store_true", help="show lm-eval's warnings and progress bars")
-    ap.add_argument("--include-path", action="store_true",
-                    help="print the folder of depthnb's lm-eval task YAMLs (for lm_eval --include_path) and exit")
-
-    def command(args) -> int:
-        if args.include_path:
-            print(TASKS_DIR)
-            return 0
-        for option, value in (("--shots", args.shots), ("--limit", args.limit), ("--batch-size", args.batch_size)):
-            if value is not None and value < (0 if option == "--shots" else 1):
-                raise UsageError(f"{option} {value}: out of range; allowed: integers ≥ {0 if option == '--shots' else 1}")
-        tasks = select_tasks(args.tasks)
-        preset = preset_from_args(args)
-        if args.runs:
-            sources = [Path(r) for r in args.runs]
-            for s in sources:
-                if not s.exists():
-                    raise UsageError(f"{s}: no such run directory or weights file")
-        else:
-            _, sc, depths, seeds = family_from_args(args)
-            sources = [pretrain_run_dir(preset, sc, n, s) for n in depths for s in seeds]
-            sources = [s for s in sources if is_done(s)] or []
-            if not sources:
-                raise UsageError(f"no finished pretraining run of preset {preset.name!r} in this selection; "
-                                 f"run `depthnb pretrain --preset {preset.name}` first or name runs")
-        offline_if_unreachable()  # offline: datasets must not try the network
-        reasons = [why for t in tasks if (why := task_unavailable(t)) is not None]
-        if len(reasons) == len(tasks):
-            raise RuntimeError("nothing to score: " + "; ".join(reasons))
-        calcs = {"on": (True,), "off": (False,), "both": (False, True)}[args.calculator]
-        for source in sources:
-            score_run(source, tasks, shots=args.shots, limit=args.limit, calculators=calcs, batch_size=args.batch_size,
-                      device=args.device, overwrite=args.overwrite, preset=preset, quiet=not args.verbose)
-        return 0
-    return ap.run(command, argv)

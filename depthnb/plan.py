@@ -15,16 +15,15 @@ import pandas as pd
 
 from .config import BAND_IMPLS, STACK_RUNS, ModelConfig, Preset, override, reserved_ids
 from .presets import (STACK_STUDIES, get_preset, method_stack, preset_depths, preset_size_class, repo_root, resolve_size_class)
-from .commands import CommandParser, UsageError, preset_from_args
 from .schedules import stack_config, stage_depths, stage_schedule
 from .solver import flops_per_token, layer_params, model_config
 
 # %% auto #0
 __all__ = ['OPTIMIZER_STATE', 'GPUS', 'USABLE_MEMORY', 'ASSUMED_MFU', 'GiB', 'param_shapes', 'n_params', 'matmul_params',
            'optimizer_state_bytes', 'layer_activation_bytes', 'head_activation_bytes', 'position_activation_bytes',
-           'activation_bytes', 'GPU', 'fsdp_gathered_bytes', 'memory_per_gpu', 'PlannedRun', 'family_model',
-           'stack_model', 'family_runs', 'study_runs', 'measured_mfu', 'run_mfu', 'plan_table', 'memory_table',
-           'format_plan', 'cli_plan']
+           'activation_bytes', 'GPU', 'fsdp_gathered_bytes', 'memory_per_gpu', 'BatchSplitError', 'PlannedRun',
+           'family_model', 'stack_model', 'family_runs', 'study_runs', 'measured_mfu', 'run_mfu', 'plan_table',
+           'memory_table', 'format_plan']
 
 # %% ../nbs/14_plan.ipynb #733bf4e5
 def param_shapes(cfg: ModelConfig) -> list[tuple[int, ...]]:
@@ -138,6 +137,10 @@ def memory_per_gpu(cfg: ModelConfig, optimizer: str, micro_batch: int, gpus: int
     return {k: int(v) for k, v in parts.items()}
 
 # %% ../nbs/14_plan.ipynb #27dea221
+class BatchSplitError(ValueError):
+    "A run's batch that the trainer could not split over the given GPUs (or into its micro-batches)."
+
+
 @dataclass(frozen=True)
 class PlannedRun:
     "One pretraining run of a preset: its final model and its stages (a baseline is one stage)."
@@ -164,15 +167,15 @@ class PlannedRun:
                    for depth, steps in self.stages)
 
     def micro_batch(self, gpus: int) -> int:
-        "Sequences per forward pass on each of `gpus` GPUs; `UsageError` where the trainer could not split the batch."
+        "Sequences per forward pass on each of `gpus` GPUs; `BatchSplitError` where the trainer could not split the batch."
         if self.batch_size % gpus:
-            raise UsageError(f"--gpus {gpus}: run {self.label!r} has a batch of {self.batch_size} sequences, which "
-                             f"{gpus} GPUs cannot split evenly")
+            raise BatchSplitError(f"run {self.label!r} has a batch of {self.batch_size} sequences, which "
+                                  f"{gpus} GPUs cannot split evenly")
         per_gpu = self.batch_size // gpus
         micro = self.micro_batch_size or per_gpu
         if per_gpu % micro:
-            raise UsageError(f"--gpus {gpus}: run {self.label!r} has {per_gpu} sequences per GPU, which micro-batches of "
-                             f"{micro} (pretrain.micro_batch_size) do not divide")
+            raise BatchSplitError(f"run {self.label!r} has {per_gpu} sequences per GPU, which micro-batches of "
+                                  f"{micro} (pretrain.micro_batch_size) do not divide")
         return micro
 
 # %% ../nbs/14_plan.ipynb #7027159f
@@ -334,27 +337,3 @@ def format_plan(preset: Preset | str, gpus: int = 8, gpu: str = "h100", mfu: flo
             f"micro-batch {big.micro_batch(gpus)} x {big.model.n_ctx} tokens, {gpus} GPUs):",
             memory_table(big.model, big.optimizer, big.micro_batch(gpus), gpus).map(lambda x: f"{x:,.2f}").to_string()]
     return "\n".join(out)
-
-# %% ../nbs/14_plan.ipynb #debeee6b
-def cli_plan(argv: list[str] | None = None) -> int:
-    "depthnb plan [--preset P] [--set KEY=VALUE ...] [--gpus N] [--gpu h100|h200|a100] [--mfu X]"
-    ap = CommandParser("depthnb plan", "Before booking a cluster: per run of a preset, parameters, tokens, training "
-                       "FLOPs, memory per GPU under DDP and FSDP, what fits, and GPU-hours. Pure arithmetic; "
-                       "nothing is trained or loaded.")
-    ap.add_argument("--gpus", type=int, default=8, help="GPUs the runs are spread over (default 8)")
-    ap.add_argument("--gpu", default="h100", help=f"GPU kind, one of {', '.join(GPUS)} (default h100)")
-    ap.add_argument("--mfu", type=float, default=None, help="model FLOPs utilization for GPU-hours, in (0, 1] "
-                    "(default: the newest measured in benchmarks/RESULTS.md for the GPU, else "
-                    f"{ASSUMED_MFU:g}, assumed)")
-
-    def command(args) -> int:
-        preset = preset_from_args(args)
-        if not 1 <= args.gpus <= 65536:
-            raise UsageError(f"--gpus {args.gpus}: out of range; allowed: integers from 1 to 65536")
-        if args.gpu not in GPUS:
-            raise UsageError(f"--gpu {args.gpu}: unknown GPU kind; kinds: {', '.join(GPUS)}")
-        if args.mfu is not None and not 0 < args.mfu <= 1:
-            raise UsageError(f"--mfu {args.mfu:g}: out of range; allowed: a fraction in (0, 1], e.g. --mfu 0.4")
-        print(format_plan(preset, args.gpus, args.gpu, args.mfu))
-        return 0
-    return ap.run(command, argv)

@@ -23,7 +23,6 @@ import pandas as pd
 import torch
 
 from .config import ModelConfig, Preset, StackConfig, config_diff, from_dict, to_dict
-from .commands import UsageError
 from .presets import get_preset, method_stack, preset_size_class
 from .model import DecoderLM
 
@@ -388,7 +387,7 @@ def source_run_dir(path: Path | str) -> Path:
 
 
 # %% ../nbs/02a_runs.ipynb #b47b15e1
-class RunInUseError(UsageError):
+class RunInUseError(RuntimeError):
     "Another process is working in this run directory."
 
 

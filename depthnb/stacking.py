@@ -15,17 +15,14 @@ import pandas as pd
 import torch
 import torch.distributed as dist
 
-from .config import (STACK_RUNS, Preset, PretrainConfig, StackConfig, config_diff, from_dict, reserved_ids,
-                            to_dict)
-from .commands import CommandParser, choices, int_list, preset_from_args, require_one_run, run_each
-from .presets import get_preset, method_stack, preset_stack_seeds
+from .config import Preset, PretrainConfig, StackConfig, config_diff, from_dict, reserved_ids, to_dict
+from .presets import get_preset, method_stack
 from .data import prepare_pretraining
 from .growth import grow
-from .hf import (HFCausalLM, build_hf, empty_hf_model, hf_pretrain_config, load_hf_config, load_hf_model,
-                        save_hf_config)
+from .hf import HFCausalLM, build_hf, empty_hf_model, hf_pretrain_config, load_hf_model, save_hf_config
 from .model import DecoderLM
 from .runs import (atomic_write, is_done, json_lines, mark_done, read_config, read_done,
-                          read_metrics, save_weights, stack_run_dir, stack_run_name, write_or_check_config)
+                          read_metrics, save_weights, stack_run_dir, write_or_check_config)
 from .schedules import speedup, stack_config, stage_depths, stage_schedule
 from .devices import resolve_device
 from .parallel import check_parallel_optimizer, checkpoints_for, init_parallel
@@ -33,8 +30,8 @@ from .optim import make_optimizer
 from .train import finished_run, job_lock, pretrain
 
 # %% auto #0
-__all__ = ['Stage', 'stack_stages', 'stage_config', 'grow_state', 'stage_state', 'stack_train', 'stack_pretrain_config',
-           'stack_job', 'read_stack_run', 'measured_speedup', 'cli_stack']
+__all__ = ['Stage', 'stack_stages', 'stage_config', 'grow_state', 'stage_state', 'stack_record', 'stack_train',
+           'stack_pretrain_config', 'stack_job', 'read_stack_run', 'measured_speedup']
 
 # %% ../nbs/06b_stacking.ipynb #09bc05bc
 @dataclass(frozen=True)
@@ -123,7 +120,7 @@ def _merge_stage_metrics(run_dir: Path, stages: list[Stage]) -> None:
     atomic_write(run_dir / "metrics.jsonl", lambda f: f.write("".join(json.dumps(r) + "\n" for r in lines).encode()))
 
 
-def _stack_record(config: PretrainConfig, stack: StackConfig, hf=None) -> dict:
+def stack_record(config: PretrainConfig, stack: StackConfig, hf=None) -> dict:
     "The `config.json` record of a stacking run (with `hf`: of a transformers model, whose config it holds)."
     record = dict(kind="stack", config=to_dict(config), stack=to_dict(stack),
                   stages=[asdict(s) for s in stack_stages(config, stack)])
@@ -153,9 +150,9 @@ def _stack_train(config: PretrainConfig, stack: StackConfig, run_dir: Path, info
     stages = stack_stages(config, stack)
     device = resolve_device(config.device, info.local_rank)
     if hf is None:
-        finished_model = finished_run(run_dir, _stack_record(config, stack), device, info, say)
+        finished_model = finished_run(run_dir, stack_record(config, stack), device, info, say)
     else:
-        write_or_check_config(run_dir, _stack_record(config, stack, hf), write=info.main)
+        write_or_check_config(run_dir, stack_record(config, stack, hf), write=info.main)
         finished_model = load_hf_model(run_dir, device).train() if is_done(run_dir) else None
     if finished_model is not None:
         return finished_model
@@ -256,62 +253,3 @@ def measured_speedup(baseline_dir: Path | str, stacked_dir: Path | str) -> dict:
                 flop_speedup=flop, wall_speedup=wall, step_time_speedup=tb.train_s.sum() / ts.train_s.sum(),
                 efficiency=wall / flop, baseline_wall_s=tb.wall_s.sum(), stacked_wall_s=ts.wall_s.sum(),
                 grow_s=ts.grow_s.sum(), resumed=bool(tb.resumed.any() or ts.resumed.any()))
-
-# %% ../nbs/06b_stacking.ipynb #9c175d32
-def cli_stack(argv: list[str] | None = None) -> int:
-    "depthnb stack [--preset P] [--set KEY=VALUE ...] [--method M,..] [--seeds S,..] [--run-dir D] [--hf-config C]"
-    ap = CommandParser("depthnb stack", "Pretrain a preset's stacking study: baseline, GradStack, MIDAS, progressive "
-                       "or looped runs on the same data and steps; finished runs are skipped, interrupted ones resume.",
-                       threads=True)
-    ap.add_argument("--method", default=None, help=f"comma-separated, of {', '.join(STACK_RUNS)} "
-                    "(default: the preset's stack.method)")
-    ap.add_argument("--seeds", default=None, help="comma-separated pretraining seeds (default: the preset's stack_seeds, "
-                    "else the first of its seeds)")
-    ap.add_argument("--run-dir", default=None, help="run directory (a single run only; default: "
-                    "<runs_dir>/<preset>/stack/<name>)")
-    ap.add_argument("--hf-config", default=None, metavar="PATH_OR_NAME",
-                    help="train this transformers causal LM (a config.json, a folder with one, or a model name in the "
-                    "local Hugging Face cache; needs pip install depthnb[hf]) instead of the preset's model: it sets "
-                    "the architecture and depth, the preset the data and training; runs go to "
-                    "<runs_dir>/<preset>/stack_hf/<config name>/<name>")
-    ap.add_argument("--no-progress", action="store_true", help="no progress bars")
-
-    def command(args) -> int:
-        preset = preset_from_args(args)
-        methods = choices(args.method, "method", STACK_RUNS, default=(preset.stack.method,))
-        jobs = [(m, s) for m in methods for s in int_list(args.seeds, "--seeds", preset_stack_seeds(preset))]
-        if args.run_dir:
-            require_one_run("--run-dir", len(jobs), "use --method M --seeds S")
-        hf = None if args.hf_config is None else load_hf_config(args.hf_config)
-
-        def default_dir(m, s, config):
-            if hf is None:
-                return stack_run_dir(preset, m, s)
-            path = Path(args.hf_config)  # a file's name (its folder's for a config.json), a folder's, or org--model
-            name = (path.parent.resolve().name if path.name == "config.json" else path.stem) if path.exists() else \
-                args.hf_config.replace("/", "--")
-            return (stack_run_dir(preset, m, s).parent.parent / "stack_hf" / name
-                    / stack_run_name(m, method_stack(preset, m), config.model.n_layers, s))
-
-        def configs(m, s):
-            config = stack_pretrain_config(preset, s, looped=m == "looped")
-            return (config, None) if hf is None else hf_pretrain_config(config, hf)
-
-        plans = {(m, s): configs(m, s) for m, s in jobs}
-        runs = [(Path(args.run_dir) if args.run_dir else default_dir(m, s, plans[m, s][0]), m, s, plans[m, s][0],
-                 method_stack(preset, m)) for m, s in jobs]
-
-        def report(run_dir, method, seed, config, stack):
-            base = default_dir("baseline", seed, config)
-            if method != "baseline" and not args.run_dir and is_done(base):
-                m = measured_speedup(base, run_dir)
-                print(f"  speedup over {base.name}: wall-clock {m['wall_speedup']:.3f}x, step time "
-                      f"{m['step_time_speedup']:.3f}x, FLOPs {m['flop_speedup']:.3f}x (layer count "
-                      f"{m['flop_speedup_layers']:.3f}x)")
-        return run_each(runs, lambda run_dir, m, s, config, stack: stack_train(config, stack, run_dir,
-                                                                               progress=not args.no_progress,
-                                                                               hf_config=plans[m, s][1]),
-                        finished=is_done, report=report,
-                        check=lambda run_dir, m, s, config, stack: write_or_check_config(
-                            run_dir, _stack_record(config, stack, plans[m, s][1]), write=False))
-    return ap.run(command, argv)

@@ -14,7 +14,6 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
-from .commands import UsageError
 from .config import check_choice
 from .data import Tokenizer
 from .sources import data_path
@@ -314,7 +313,7 @@ HELD_OUT_SPLIT = "train_heldout"  # in-distribution examples held out of train w
 HELD_OUT_FRACTION, HELD_OUT_MAX = 0.1, 1000
 
 
-class TaskSpecError(UsageError):
+class TaskSpecError(ValueError):
     "A task that is neither built in, nor a task folder, nor `hf:NAME`; the message says what is accepted."
 
 

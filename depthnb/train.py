@@ -19,7 +19,6 @@ import torch.distributed as dist
 import torch.nn as nn
 from tqdm.auto import tqdm
 
-from .commands import CommandParser, UsageError, add_family_args, family_from_args, require_one_run, run_each
 from .config import Preset, PretrainConfig, config_diff, from_dict, reserved_ids, to_dict
 from .presets import get_preset, preset_size_class
 from .devices import (DistInfo, all_reduce_sum, autocast, configure_backends, maybe_compile, mfu,
@@ -41,7 +40,7 @@ from .ul2 import UL2
 __all__ = ['WORKER_ENV', 'lm_loss', 'NonFiniteLossError', 'check_finite', 'run_disk_need', 'job_lock', 'finished_run',
            'LoopSchedule', 'Window', 'LoopHooks', 'resume', 'train_loop', 'pretrain_hooks', 'pretrain_record',
            'pretrain_schedule', 'pretrain', 'pretrain_config', 'environment', 'run_parallel', 'pretrain_job',
-           'refine_run_dir', 'kept_checkpoint_steps', 'refine_snapshots', 'pretrain_selection', 'cli_pretrain']
+           'refine_run_dir', 'kept_checkpoint_steps', 'refine_snapshots']
 
 # %% ../nbs/05_train.ipynb #2c57c7e3
 @torch.no_grad()
@@ -446,35 +445,3 @@ def refine_snapshots(run_dir: Path | str, first: int, last: int, every: int, *, 
     pretrain(config, out, init_model=model, init_optimizer_state=state["optimizer"], start_step=kept[-1],
              stop_step=steps[-1], snapshots=steps, data=data, progress=progress, log=log)
     return str(out)
-
-# %% ../nbs/05_train.ipynb #2fb08360
-def pretrain_selection(args) -> list[tuple[PretrainConfig, Path]]:
-    "The (config, run directory) of each run that parsed `depthnb pretrain` arguments select; `UsageError` if one is bad."
-    preset, sc, depths, seeds = family_from_args(args)
-    if args.run_dir:
-        require_one_run("--run-dir", len(depths) * len(seeds), "use --layers N --seeds S")
-    runs = []
-    for n in depths:
-        try:
-            configs = [pretrain_config(preset, sc, n, seed) for seed in seeds]
-        except ValueError as e:
-            raise UsageError(f"--layers {n}: {e}") from None
-        runs += [(cfg, Path(args.run_dir) if args.run_dir else pretrain_run_dir(preset, sc, n, cfg.seed)) for cfg in configs]
-    return runs
-
-
-def cli_pretrain(argv: list[str] | None = None) -> int:
-    "depthnb pretrain [--preset P] [--set KEY=VALUE ...] [--size-class C] [--layers N,..] [--seeds S,..] [--run-dir D]"
-    ap = CommandParser("depthnb pretrain", "Pretrain models of a preset's depth family; finished runs are skipped, "
-                       "interrupted ones resume.", threads=True)
-    add_family_args(ap)
-    ap.add_argument("--run-dir", default=None, help="run directory (a single run only; default: "
-                    "<runs_dir>/<preset>/pretrain/<class>/L<n>_s<seed>)")
-    ap.add_argument("--no-progress", action="store_true", help="no progress bar")
-
-    def command(args) -> int:
-        return run_each([(run_dir, cfg) for cfg, run_dir in pretrain_selection(args)],
-                        lambda run_dir, cfg: pretrain(cfg, run_dir, progress=not args.no_progress), finished=is_done,
-                        check=lambda run_dir, cfg: write_or_check_config(run_dir, pretrain_record(cfg, 0, cfg.steps),
-                                                                         write=False))
-    return ap.run(command, argv)

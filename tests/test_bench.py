@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from depthnb.scenarios import BenchConfig, bench_model_config
-from depthnb.bench import cli_bench, summarize
+from depthnb.bench import summarize
+from depthnb.cmd_bench import cli_bench
 from depthnb.config import ModelConfig
 from depthnb.model import CAUSAL, DecoderLM, FlexMask, attention_mask_bias, flex_mask, layer_mask
 from depthnb.solver import flops_per_token

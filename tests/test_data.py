@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from depthnb import data as D
 from depthnb import sources as S
+from depthnb.cmd_data import cli_data
 from depthnb.config import DataConfig
 
 # A small tokenizer keeps the suite fast: 400 pieces from 200 articles (trained once, then cached).
@@ -259,9 +260,9 @@ def test_prepare_pretraining_cached(tok):
 
 
 def test_cli_data(capsys):
-    assert D.cli_data(["--only", "cogs,geoquery"]) == 0
+    assert cli_data(["--only", "cogs,geoquery"]) == 0
     assert "6 files verified" in capsys.readouterr().out
-    assert D.cli_data(["--only", "cogz"]) == 2
+    assert cli_data(["--only", "cogz"]) == 2
     assert capsys.readouterr().err == "depthnb data: error: unknown dataset 'cogz'; datasets: " + ", ".join(S.registry()) + "\n"
-    assert D.cli_data(["--list"]) == 0
+    assert cli_data(["--list"]) == 0
     assert "allenai/c4" in capsys.readouterr().out

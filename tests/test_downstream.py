@@ -17,7 +17,8 @@ from depthnb.presets import get_preset
 from depthnb.data import train_tokenizer
 from depthnb.downstream import (DepthnbLM, apply_calculator, calculator_edit, calculator_step, continuation_ids,
                                 continuation_text, safe_eval, CalculatorError)
-from depthnb.downstream_tasks import (DOWNSTREAM_TASKS, GROUPS, cli_downstream, evaluate_config, evaluate_task,
+from depthnb.cmd_downstream import cli_downstream
+from depthnb.downstream_tasks import (DOWNSTREAM_TASKS, GROUPS, evaluate_config, evaluate_task,
                                      fits_context, gsm8k_finetune_data, gsm8k_finetune_dir, lm_eval_config,
                                      primitive_config, result_path, score_run, task_unavailable)
 from depthnb.model import DecoderLM, generate_many

@@ -20,7 +20,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _train_common import assert_resumed_like, small_config, small_data  # noqa: E402
 
 from depthnb.runs import latest_checkpoint, load_model, read_metrics  # noqa: E402
-from depthnb.train import cli_pretrain, pretrain  # noqa: E402
+from depthnb.cmd_pretrain import cli_pretrain  # noqa: E402
+from depthnb.train import pretrain  # noqa: E402
 
 SCRIPT = Path(__file__).parent / "_pretrain_script.py"
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}

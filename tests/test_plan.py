@@ -12,7 +12,8 @@ from depthnb.config import ModelConfig, override, reserved_ids
 from depthnb.devices import PEAK_FLOPS
 from depthnb.model import DecoderLM
 from depthnb.optim import make_optimizer
-from depthnb.plan import (GPUS, USABLE_MEMORY, GiB, activation_bytes, cli_plan, family_model, format_plan, family_runs,
+from depthnb.cmd_plan import cli_plan
+from depthnb.plan import (GPUS, USABLE_MEMORY, GiB, activation_bytes, family_model, format_plan, family_runs,
                           matmul_params, measured_mfu, memory_per_gpu, n_params, optimizer_state_bytes, plan_table,
                           stack_model, study_runs)
 from depthnb.schedules import SAUNSHI_MODELS, TABLE1_SPEEDUPS, speedup
