@@ -10,8 +10,8 @@ from pathlib import Path
 
 from .commands import (CommandParser, UsageError, add_family_args, family_from_args, preset_from_args,
                               require_one_run, run_each)
-from .finetune import (cached_task, evaluate_run, finetune_config, finetune_on, report_coverage,
-                              run_tokenizer)
+from .evaluation import cached_task, evaluate_run, run_tokenizer
+from .finetune import finetune_config, finetune_on, report_coverage
 from .presets import preset_size_class
 from .runs import finetune_run_dir, is_done, pretrain_run_dir, source_run_dir
 from .tasks import TASKS, parse_task, task_name

@@ -19,7 +19,7 @@ from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 from tqdm.auto import tqdm
 
 from .devices import autocast, resolve_device
-from .finetune import run_tokenizer
+from .evaluation import run_tokenizer
 from .inference import continuation_scores, greedy_batch
 from .model import DecoderLM
 from .runs import load_model, source_run_dir

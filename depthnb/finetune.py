@@ -7,60 +7,28 @@ from __future__ import annotations
 
 import copy
 import functools
-import json
-import time
-from collections import defaultdict
 from dataclasses import replace
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
-from .config import DataConfig, FinetuneConfig, ModelConfig, Preset, from_dict, to_dict
+from .config import FinetuneConfig, ModelConfig, Preset, from_dict, to_dict
 from .presets import get_preset
-from .data import load_tokenizer, train_tokenizer
-from .tasks import (HELD_OUT_SPLIT, TASKS, coverage_warnings, parse_task, task_coverage, task_dataset,
-                           task_name)
-from .inference import generate_many
+from .tasks import TASKS, coverage_warnings, parse_task, task_coverage, task_name
+from .evaluation import (cached_task, collate, evaluate_run, fixed_subset, generalization_split,
+                                in_distribution_split, lm_pair, record_task, run_task, run_tokenizer, target_loss)
 from .model import DecoderLM
 from .devices import autocast, maybe_compile, resolve_device
 from .optim import make_optimizer
 from .train import (LoopHooks, LoopSchedule, Window, finished_run, job_lock, kept_checkpoint_steps,
                            refine_run_dir, train_loop)
-from .runs import (atomic_write, finetune_run_dir, is_done, load_model, load_verified, pretrain_run_dir,
-                          read_config, set_rng_state, source_run_dir, step_file)
+from .runs import (finetune_run_dir, is_done, load_model, load_verified, pretrain_run_dir, read_config,
+                          set_rng_state, source_run_dir, step_file)
 
 
 # %% auto #0
-__all__ = ['TASK_RECORD', 'encode_example', 'lm_pair', 'collate', 'bucket_batches', 'BatchSchedule', 'greedy_decode', 'normalize',
-           'exact_match', 'token_batches', 'target_loss', 'evaluate', 'run_tokenizer', 'in_distribution_split',
-           'generalization_split', 'LazyPairs', 'cached_task', 'finetune', 'finetune_schedule', 'task_info',
-           'record_task', 'run_task', 'finetune_on', 'report_coverage', 'finetune_config', 'evaluate_run',
-           'finetune_job', 'refine_finetune']
-
-# %% ../nbs/07_finetune.ipynb #e96f4856
-def encode_example(tokenizer, source: str, target: str) -> tuple[list[int], int]:
-    "Token ids of `source <sep> target <eos>` and the prompt length (source + separator)."
-    prompt = tokenizer.encode(source) + [tokenizer.sep_id]
-    return prompt + tokenizer.encode(target) + [tokenizer.eos_id], len(prompt)
-
-
-def lm_pair(ids: list[int], n_prompt: int) -> tuple[torch.Tensor, torch.Tensor]:
-    "Inputs `ids[:-1]` and labels `ids[1:]`, with -100 wherever the label is still part of the prompt."
-    ids = torch.tensor(ids, dtype=torch.long)
-    x, y = ids[:-1], ids[1:].clone()
-    y[: n_prompt - 1] = -100
-    return x, y
-
-
-def collate(pairs: list[tuple[torch.Tensor, torch.Tensor]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    "Right-pad (inputs, labels) pairs to one batch: inputs with `pad_id`, labels with -100."
-    n = max(len(x) for x, _ in pairs)
-    xs = torch.full((len(pairs), n), pad_id, dtype=torch.long)
-    ys = torch.full((len(pairs), n), -100, dtype=torch.long)
-    for i, (x, y) in enumerate(pairs):
-        xs[i, : len(x)], ys[i, : len(y)] = x, y
-    return xs, ys
+__all__ = ['bucket_batches', 'BatchSchedule', 'LazyPairs', 'finetune', 'finetune_schedule', 'finetune_on', 'report_coverage',
+           'finetune_config', 'finetune_job', 'refine_finetune']
 
 # %% ../nbs/07_finetune.ipynb #1cc33e07
 def bucket_batches(lengths: list[int], batch_size: int, seed: int, epoch: int, pool: int = 16) -> list[list[int]]:
@@ -91,126 +59,7 @@ class BatchSchedule:
         e, i = divmod(step, self.per_epoch)
         return self.epoch(e)[i]
 
-# %% ../nbs/07_finetune.ipynb #d7296f28
-@torch.no_grad()
-def greedy_decode(model: DecoderLM, tokenizer, sources: list[str], *, batch_size: int = 64,
-                  max_new_tokens: int = 128, use_cache: bool = True, device=None, bf16: bool = True,
-                  progress: bool = False) -> list[str]:
-    "Greedy outputs (decoded, up to EOS) for `sources`, batched with left padding and the KV cache."
-    device = torch.device(device) if device is not None else next(model.parameters()).device
-    prompts = [tokenizer.encode(s) + [tokenizer.sep_id] for s in sources]
-    with autocast(device, bf16):
-        ids = generate_many(model, prompts, max_new_tokens, tokenizer.pad_id, tokenizer.eos_id, batch_size,
-                            use_cache, progress)
-    return [tokenizer.decode(row) for row in ids]
-
-# %% ../nbs/07_finetune.ipynb #f894b5f3
-def normalize(text: str) -> str:
-    "Collapse whitespace runs and strip the ends."
-    return " ".join(text.split())
-
-
-def exact_match(prediction: str, target: str) -> bool:
-    "Whether `prediction` equals `target` up to whitespace."
-    return normalize(prediction) == normalize(target)
-
-# %% ../nbs/07_finetune.ipynb #166d39c5
-def token_batches(lengths: list[int], batch_size: int, max_tokens: int) -> list[list[int]]:
-    "Indices sorted by length, cut into batches of at most `batch_size` examples and `max_tokens` padded tokens."
-    batches, current = [], []
-    for i in sorted(range(len(lengths)), key=lambda i: lengths[i]):
-        if current and (len(current) == batch_size or (len(current) + 1) * lengths[i] > max_tokens):
-            batches.append(current)
-            current = []
-        current.append(i)
-    return batches + [current] if current else batches
-
-
-@torch.no_grad()
-def target_loss(model: DecoderLM, tokenizer, sources: list[str], targets: list[str], *, batch_size: int = 64,
-                max_tokens: int = 32768, device=None, bf16: bool = True) -> float:
-    "Mean cross-entropy per target token (and EOS) of `targets` given `sources`."
-    device = torch.device(device) if device is not None else next(model.parameters()).device
-    was_training = model.training
-    model.eval()
-    pairs = [lm_pair(*encode_example(tokenizer, s, t)) for s, t in zip(sources, targets)]
-    total, count = 0.0, 0
-    for batch in token_batches([len(x) for x, _ in pairs], batch_size, max_tokens):
-        x, y = collate([pairs[i] for i in batch], tokenizer.pad_id)
-        x, y = x.to(device), y.to(device)
-        with autocast(device, bf16):
-            logits, _ = model(x)
-        total += F.cross_entropy(logits.float().flatten(0, 1), y.flatten(), ignore_index=-100, reduction="sum").item()
-        count += int((y != -100).sum())
-    model.train(was_training)
-    return total / max(count, 1)
-
-# %% ../nbs/07_finetune.ipynb #605c207c
-def _fixed_subset(split, n: int):
-    "The first `n` examples of a fixed (seed 0) permutation of `split`: the same for every model."
-    g = torch.Generator().manual_seed(0)
-    return split.select(torch.randperm(len(split), generator=g)[:n].tolist())
-
-
-def _group_accuracy(correct: list[bool], groups: list) -> dict:
-    acc = defaultdict(list)
-    for c, g in zip(correct, groups):
-        acc[str(g)].append(c)
-    return {g: dict(accuracy=sum(v) / len(v), n=len(v)) for g, v in sorted(acc.items())}
-
-
-def evaluate(model: DecoderLM, tokenizer, dataset, *, split: str = "eval", batch_size: int = 64,
-             max_new_tokens: int = 128, limit: int | None = None, use_cache: bool = True, loss: bool = True,
-             device=None, bf16: bool = True, out_dir: Path | str | None = None, progress: bool = False,
-             info: dict | None = None) -> dict:
-    "Exact-match accuracy (overall, per category, per generalization type) and target loss of `dataset` (`info`: more fields for the result)."
-    if limit is not None and limit < len(dataset):
-        dataset = _fixed_subset(dataset, limit)
-    rows = dataset[:]  # a datasets.Dataset slice: a dict of columns
-    sources, targets = list(rows["input"]), list(rows["target"])
-    n = len(sources)
-    categories = list(rows.get("category", [""] * n))
-    gen_types = list(rows.get("generalization_type", [""] * n))
-    t0 = time.perf_counter()
-    preds = greedy_decode(model, tokenizer, sources, batch_size=batch_size, max_new_tokens=max_new_tokens,
-                          use_cache=use_cache, device=device, bf16=bf16, progress=progress)
-    decode_s = time.perf_counter() - t0
-    correct = [exact_match(p, t) for p, t in zip(preds, targets)]
-    result = dict(split=split, n=n, accuracy=sum(correct) / max(n, 1),
-                  by_category=_group_accuracy(correct, categories),
-                  by_generalization_type=_group_accuracy(correct, gen_types),
-                  loss=target_loss(model, tokenizer, sources, targets, batch_size=batch_size, device=device, bf16=bf16)
-                  if loss else None,
-                  seconds=time.perf_counter() - t0, decode_seconds=decode_s, max_new_tokens=max_new_tokens, **(info or {}))
-    if out_dir is not None:
-        out = Path(out_dir)
-        lines = [json.dumps(dict(input=s, target=t, prediction=p, correct=c, category=cat, generalization_type=g))
-                 for s, t, p, c, cat, g in zip(sources, targets, preds, correct, categories, gen_types)]
-        atomic_write(out / f"{split}.predictions.jsonl", lambda f: f.write(("\n".join(lines) + "\n").encode()))
-        atomic_write(out / f"{split}.json", lambda f: f.write(json.dumps(result, indent=1).encode()))
-    return result
-
-# %% ../nbs/07_finetune.ipynb #3f080275
-def run_tokenizer(run_dir: Path | str):
-    "The tokenizer of a pretraining or fine-tuning run (rebuilt from its data config, or loaded from its path)."
-    rec = read_config(run_dir)
-    if rec.get("tokenizer"):
-        return load_tokenizer(rec["tokenizer"])
-    if "data" not in rec.get("config", {}):
-        raise ValueError(f"{run_dir}/config.json names no tokenizer and no data config")
-    return train_tokenizer(from_dict(DataConfig, rec["config"]["data"]))
-
-
-def in_distribution_split(dataset) -> str:
-    "The split whose loss is tracked during fine-tuning: `dev`, else a user task's held-out slice of train, else `train`."
-    return next(s for s in ("dev", HELD_OUT_SPLIT, "train") if s in dataset)
-
-
-def generalization_split(dataset) -> str:
-    "The split reported as generalization accuracy: `gen`, else `test` (GeoQuery's standard split)."
-    return "gen" if "gen" in dataset else "test"
-
-
+# %% ../nbs/07_finetune.ipynb #593783de
 def _even_pick(items: list, n: int) -> list:
     "`n` items spread evenly over `items` (all of them if there are no more than `n`), the last included."
     if n >= len(items):
@@ -240,18 +89,15 @@ class LazyPairs:
                 self.cache[i] = lm_pair(s + [tok.sep_id] + t + [tok.eos_id], len(s) + 1)
         return [self.cache[i] for i in indices]
 
-
-@functools.lru_cache(maxsize=8)
-def cached_task(task: str):
-    "`tasks.task_dataset(task)` (a built-in name, a task folder or `hf:NAME`), read once per process."
-    return task_dataset(task)
-
 # %% ../nbs/07_finetune.ipynb #059b47c5
 def finetune(model_or_run, task: str, config: FinetuneConfig, run_dir: Path | str, *, tokenizer=None,
-             dataset=None, progress: bool = True, log=print) -> DecoderLM:
-    "Fine-tune a pretrained model (object or run/snapshot path) on `task` in `run_dir`; resumes; returns the model."
+             dataset=None, schedule: LoopSchedule | None = None, state: dict | None = None, progress: bool = True,
+             log=print) -> DecoderLM:
+    """Fine-tune a pretrained model (object or run/snapshot path) on `task` in `run_dir`; resumes; returns the model.
+    `schedule` (default: `finetune_schedule`) and `state`, a checkpoint to start from, train a stretch of another run
+    (`controls.refine_finetune`)."""
     with job_lock(run_dir):
-        return _finetune(model_or_run, task, config, Path(run_dir), tokenizer, dataset, progress, log)
+        return _finetune(model_or_run, task, config, Path(run_dir), tokenizer, dataset, progress, log, schedule, state)
 
 
 def finetune_schedule(config: FinetuneConfig) -> LoopSchedule:
@@ -264,7 +110,6 @@ def finetune_schedule(config: FinetuneConfig) -> LoopSchedule:
 
 def _finetune(model_or_run, task: str, config: FinetuneConfig, run_dir: Path, tokenizer, dataset, progress: bool,
               log, schedule: LoopSchedule | None = None, state: dict | None = None) -> DecoderLM:
-    "`finetune`'s work; `schedule` (default: `finetune_schedule`) and `state`, a checkpoint to start from (`refine_finetune`)."
     device = resolve_device(config.device)
     if isinstance(model_or_run, DecoderLM):
         if tokenizer is None:
@@ -284,7 +129,7 @@ def _finetune(model_or_run, task: str, config: FinetuneConfig, run_dir: Path, to
     pairs = LazyPairs(tokenizer, dataset["train"])
     batches = BatchSchedule(pairs.lengths, config.batch_size, config.seed)
     id_name = in_distribution_split(dataset)
-    id_split = _fixed_subset(dataset[id_name], config.eval_examples)
+    id_split = fixed_subset(dataset[id_name], config.eval_examples)
 
     def batch(s: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
         x, y = collate(pairs(batches(s)), tokenizer.pad_id)
@@ -311,36 +156,6 @@ def _finetune(model_or_run, task: str, config: FinetuneConfig, run_dir: Path, to
                       desc=f"{task} {run_dir.name}", say=log)
 
 # %% ../nbs/07_finetune.ipynb #16ac487c
-TASK_RECORD = "task.json"  # beside config.json in the run of a user's task: where its examples come from
-
-
-def task_info(task: str, dataset) -> dict:
-    "What the results of a user's task say about it: its name, its source, and which split plays which role."
-    id_split = in_distribution_split(dataset)
-    held = f"a fixed held-out slice of train ({len(dataset[id_split])} examples, seed 0)"
-    return dict(task=task_name(task), task_source=parse_task(task).spec, generalization_split=generalization_split(dataset),
-                in_distribution_split=id_split, in_distribution_from=held if id_split == HELD_OUT_SPLIT else id_split)
-
-
-def record_task(run_dir: Path | str, task: str, dataset) -> None:
-    "Write (or check) the `task.json` of a user's task in `run_dir`."
-    path = Path(run_dir) / TASK_RECORD
-    info = task_info(task, dataset)
-    if path.exists():
-        recorded = json.loads(path.read_text()).get("task_source")
-        if recorded != info["task_source"]:
-            raise ValueError(f"{run_dir} was fine-tuned on {recorded}, not on {info['task_source']} (a task of the "
-                             "same name): rename one of the folders, or give another --run-dir")
-        return
-    atomic_write(path, lambda f: f.write(json.dumps(info, indent=1).encode()))
-
-
-def run_task(run_dir: Path | str) -> str:
-    "The task of a fine-tuning run as `cached_task` reads it: a user task's recorded source, else the built-in name."
-    path = Path(run_dir) / TASK_RECORD
-    return json.loads(path.read_text())["task_source"] if path.exists() else read_config(run_dir)["task"]
-
-
 def finetune_on(model_or_run, task: str, config: FinetuneConfig, run_dir: Path | str, *, progress: bool = True,
                 log=print) -> DecoderLM:
     "`finetune` on any task argument (`tasks.parse_task`); a user's task is recorded in the run's `task.json`."
@@ -370,37 +185,6 @@ def finetune_config(preset: Preset | str, seed: int = 0, task: str | None = None
     fc = p.finetune
     return replace(fc, seed=seed, steps=p.task_steps.get(task_name(task) if task else task, fc.steps),
                    device=fc.device if fc.device != "auto" else p.device)
-
-
-def evaluate_run(run_dir: Path | str, split: str | None = None, *, weights: str | None = None,
-                 limit: int | None = None, use_cache: bool = True, overwrite: bool = False, progress: bool = False,
-                 log=print) -> dict:
-    "Score a fine-tuning run (`final.pt`, or the snapshot `weights`) on `split` (default: the generalization split)."
-    run_dir = Path(run_dir)
-    rec = read_config(run_dir)
-    if rec.get("kind") != "finetune":
-        raise ValueError(f"{run_dir} is a {rec.get('kind')!r} run, not a fine-tuning run")
-    cfg = from_dict(FinetuneConfig, rec["config"])
-    task = run_task(run_dir)
-    dataset = cached_task(task)
-    split = split or generalization_split(dataset)
-    if split not in dataset:
-        raise KeyError(f"task {rec['task']!r} has no split {split!r}; splits: {list(dataset)}")
-    stem = split if weights is None else f"{split}.{Path(weights).stem}"
-    out = run_dir / "eval" / f"{stem}.json"
-    if out.exists() and not overwrite:
-        log(f"{out}: scored already; nothing to do")
-        return json.loads(out.read_text())
-    if weights is None and not is_done(run_dir):
-        raise RuntimeError(f"{run_dir} has not finished fine-tuning (no DONE marker)")
-    device = resolve_device(cfg.device)
-    model = load_model(run_dir / (weights or "final.pt"), device)
-    if limit is None:  # in distribution: the examples whose loss was tracked; else the preset's gen_limit
-        limit = cfg.eval_examples if split == in_distribution_split(dataset) else cfg.gen_limit
-    return evaluate(model, run_tokenizer(run_dir), dataset[split], split=stem, batch_size=cfg.eval_batch_size,
-                    max_new_tokens=cfg.max_new_tokens, limit=limit, use_cache=use_cache, device=device,
-                    bf16=cfg.bf16, out_dir=run_dir / "eval", progress=progress,
-                    info=None if task in TASKS else task_info(task, dataset))
 
 # %% ../nbs/07_finetune.ipynb #c70f476a
 def finetune_job(preset: Preset | str, size_class, n_layers: int, seed: int, task: str, *,
@@ -454,6 +238,6 @@ def refine_finetune(run_dir: Path | str, first: int, last: int, every: int = 1, 
     else:
         model = load_model(record["source"])
     schedule = replace(finetune_schedule(config), begin=kept[-1] if kept else 0, stop=steps[-1], snapshots=frozenset(steps))
-    with job_lock(out):
-        _finetune(model, record["task"], config, out, tokenizer, cached_task(task), progress, log, schedule, state)
+    finetune(model, record["task"], config, out, tokenizer=tokenizer, dataset=cached_task(task), schedule=schedule,
+             state=state, progress=progress, log=log)
     return str(out)

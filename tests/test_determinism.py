@@ -15,7 +15,8 @@ from _train_common import TEST_DATA  # noqa: E402
 
 from depthnb.config import FinetuneConfig  # noqa: E402
 from depthnb.data import train_tokenizer  # noqa: E402
-from depthnb.finetune import evaluate_run, finetune  # noqa: E402
+from depthnb.evaluation import evaluate_run  # noqa: E402
+from depthnb.finetune import finetune  # noqa: E402
 from depthnb.runs import load_model  # noqa: E402
 
 SCRIPT = Path(__file__).parent / "_pretrain_script.py"

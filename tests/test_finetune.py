@@ -13,6 +13,7 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).parent))
 from _train_common import TEST_DATA, assert_resumed_like  # noqa: E402
 
+import depthnb.evaluation as evaluation  # noqa: E402
 import depthnb.finetune as ft  # noqa: E402
 from depthnb.config import FinetuneConfig, ModelConfig  # noqa: E402
 from depthnb.data import train_tokenizer  # noqa: E402
@@ -37,7 +38,7 @@ def tok():
 
 @pytest.fixture(scope="module")
 def cogs():
-    return ft.cached_task("cogs")
+    return evaluation.cached_task("cogs")
 
 
 @pytest.fixture(scope="module")
@@ -55,17 +56,18 @@ def tuned(tok, tmp_path_factory):
 
 def test_loss_counts_target_tokens_only(tok, cogs):
     ex = cogs["train"][0]
-    ids, n_prompt = ft.encode_example(tok, ex["input"], ex["target"])
+    ids, n_prompt = evaluation.encode_example(tok, ex["input"], ex["target"])
     assert ids[n_prompt - 1] == tok.sep_id and ids[-1] == tok.eos_id
     assert tok.decode(ids[n_prompt:-1]) == ex["target"]
-    x, y = ft.lm_pair(ids, n_prompt)
+    x, y = evaluation.lm_pair(ids, n_prompt)
     assert (y[: n_prompt - 1] == -100).all() and y[n_prompt - 1:].tolist() == ids[n_prompt:]
     model = fresh_model()
     logits, loss = model(x[None], y[None])
     manual = F.cross_entropy(logits[0, n_prompt - 1:], torch.tensor(ids[n_prompt:]))
     torch.testing.assert_close(loss, manual)
     # padding a batch changes nothing: the labels of padding are -100 too
-    xs, ys = ft.collate([(x, y), ft.lm_pair(*ft.encode_example(tok, "A cat ran .", "cat ( x _ 1 )"))], tok.pad_id)
+    other = evaluation.lm_pair(*evaluation.encode_example(tok, "A cat ran .", "cat ( x _ 1 )"))
+    xs, ys = evaluation.collate([(x, y), other], tok.pad_id)
     assert xs.shape[1] == len(x) and model(xs[:1], ys[:1])[1].item() == pytest.approx(loss.item(), rel=1e-5)
     # exactly the target tokens and EOS are supervised
     assert int((ys[1] != -100).sum()) == len(tok.encode("cat ( x _ 1 )")) + 1
@@ -73,12 +75,12 @@ def test_loss_counts_target_tokens_only(tok, cogs):
 
 def test_finetune_on_cogs_beats_the_untrained_model(tuned, tok, dev):
     model, run = tuned
-    before = ft.evaluate(fresh_model(), tok, dev, max_new_tokens=48)
-    after = ft.evaluate(model, tok, dev, max_new_tokens=48)
+    before = evaluation.evaluate(fresh_model(), tok, dev, max_new_tokens=48)
+    after = evaluation.evaluate(model, tok, dev, max_new_tokens=48)
     assert after["loss"] < 0.3 * before["loss"], (before["loss"], after["loss"])
 
     def similarity(m):  # character overlap of the greedy outputs with the targets (cut to the output's length)
-        preds = ft.greedy_decode(m, tok, dev["input"], max_new_tokens=48)
+        preds = evaluation.greedy_decode(m, tok, dev["input"], max_new_tokens=48)
         return sum(difflib.SequenceMatcher(None, p, t[: len(p)]).ratio() if p else 0.0
                    for p, t in zip(preds, dev["target"])) / len(dev)
 
@@ -93,18 +95,18 @@ def test_finetune_on_cogs_beats_the_untrained_model(tuned, tok, dev):
 
 def test_cached_and_uncached_evaluation_agree(tuned, tok, dev):
     model, _ = tuned
-    fast = ft.evaluate(model, tok, dev, max_new_tokens=48, use_cache=True, loss=False)
-    slow = ft.evaluate(model, tok, dev, max_new_tokens=48, use_cache=False, loss=False)
+    fast = evaluation.evaluate(model, tok, dev, max_new_tokens=48, use_cache=True, loss=False)
+    slow = evaluation.evaluate(model, tok, dev, max_new_tokens=48, use_cache=False, loss=False)
     for key in ("accuracy", "by_category", "by_generalization_type", "n"):
         assert fast[key] == slow[key]
-    assert ft.greedy_decode(model, tok, dev["input"], max_new_tokens=48) == \
-        ft.greedy_decode(model, tok, dev["input"], max_new_tokens=48, use_cache=False, batch_size=7)
+    assert evaluation.greedy_decode(model, tok, dev["input"], max_new_tokens=48) == \
+        evaluation.greedy_decode(model, tok, dev["input"], max_new_tokens=48, use_cache=False, batch_size=7)
 
 
 def test_evaluate_writes_scores_and_predictions(tuned, tok, cogs, tmp_path):
     model, _ = tuned
     gen = cogs["gen"]
-    res = ft.evaluate(model, tok, gen, split="gen", limit=60, max_new_tokens=32, out_dir=tmp_path)
+    res = evaluation.evaluate(model, tok, gen, split="gen", limit=60, max_new_tokens=32, out_dir=tmp_path)
     assert res["n"] == 60 and 0 <= res["accuracy"] <= 1
     assert set(res["by_generalization_type"]) <= {"lexical", "structural"}
     assert sum(v["n"] for v in res["by_category"].values()) == 60 and len(res["by_category"]) > 5  # a random subset

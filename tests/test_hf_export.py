@@ -175,7 +175,7 @@ def documented_command() -> str:
 def midas_run(tmp_path_factory):
     "A MIDAS run of a 3-layer Llama (30 steps, stages of 1, 2, 3 layers) and its tokenizer."
     from depthnb.config import StackConfig
-    from depthnb.finetune import run_tokenizer
+    from depthnb.evaluation import run_tokenizer
     from depthnb.stacking import stack_train
     torch.set_num_threads(1)
     run = tmp_path_factory.mktemp("hfexport") / "midas"

@@ -10,7 +10,7 @@ import pytest
 from depthnb import sources as S
 from depthnb import tasks as T
 from depthnb.cli import main
-from depthnb.finetune import evaluate_run
+from depthnb.evaluation import evaluate_run
 
 SMALL = ["--preset", "tiny", "--layers", "2", "--seeds", "0", "--no-progress"] + [
     a for kv in ("pretrain.steps=4", "pretrain.warmup_steps=1", "pretrain.eval_every=4", "pretrain.log_every=2",
