@@ -535,9 +535,9 @@ class Job:
         self.log(info.read_text().strip().splitlines()[-1])
 
     def imports(self) -> list[str]:
-        "What the planned stages import: the benchmarks depthnb.bench, the science the CLI and papermill too."
+        "What the planned stages import: the benchmarks depthnb.tools.bench, the science the CLI and papermill too."
         science = any(STAGE_BY_NAME[n].kind == "science" for n in self.plan["stages"])
-        return ["fastcore", "depthnb.bench", *(["depthnb.cli", "papermill"] if science else [])]
+        return ["fastcore", "depthnb.tools.bench", *(["depthnb.cli", "papermill"] if science else [])]
 
     def status(self, name: str) -> str:
         return self.state["stages"].get(name, {}).get("status", "todo")

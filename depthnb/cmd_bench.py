@@ -13,10 +13,10 @@ from pathlib import Path
 
 import torch
 
-from .bench import format_result, record, run_bench
+from .tools.bench import format_result, record, run_bench
 from .commands import CommandParser, UsageError, choices
 from .presets import SIZE_CLASSES
-from .scenarios import (ATTN_VARIANTS, CPU_COMPILE_MIN_STEPS, PRESET_CLASSES, BenchConfig, bench_cogs,
+from .tools.scenarios import (ATTN_VARIANTS, CPU_COMPILE_MIN_STEPS, PRESET_CLASSES, BenchConfig, bench_cogs,
                                bench_midas, cogs_lengths, guarded, memory_check, paper_batch)
 
 # %% auto #0

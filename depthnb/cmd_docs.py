@@ -9,16 +9,18 @@ import argparse
 import sys
 from pathlib import Path
 
-from .docs import DOCS_REQUIREMENTS, build_docs, find_root, install_requirements, write_readme
-from .sitecheck import BROWSER_REQUIREMENTS, CHECKED_PAGES, MATH_PAGES, check_site
+from .tools.docs import DOCS_REQUIREMENTS, build_docs, install_requirements
+from .tools.pages import find_root
+from .tools.readme import write_readme
+from .tools.sitecheck import BROWSER_REQUIREMENTS, CHECKED_PAGES, MATH_PAGES, check_site
 
 # %% auto #0
 __all__ = ['main']
 
 # %% ../nbs/10j_cmd_docs.ipynb #44d0ea06
 def main(argv: list[str] | None = None) -> int:
-    "`python -m depthnb.docs deps|build|check|readme [--out DIR] [--screenshots DIR] [--no-build]`."
-    ap = argparse.ArgumentParser(prog="python -m depthnb.docs", description=main.__doc__)
+    "`python -m depthnb.tools.docs deps|build|check|readme [--out DIR] [--screenshots DIR] [--no-build]`."
+    ap = argparse.ArgumentParser(prog="python -m depthnb.tools.docs", description=main.__doc__)
     ap.add_argument("command", choices=("deps", "build", "check", "readme"))
     ap.add_argument("--out", default=None, help="site folder (default: _docs/)")
     ap.add_argument("--screenshots", default="runs/docs-screenshots", help="where `check` saves screenshots")

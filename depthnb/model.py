@@ -116,7 +116,7 @@ def softmax_attention(q, k, v, mask: torch.Tensor, q_scaled: bool = False) -> to
     return torch.softmax((scaled @ k.transpose(-2, -1)).add_(mask), dim=-1) @ v
 
 
-CAUSAL_SPLIT_MIN_LEN = 64  # shorter passes save less than the extra operators cost (see nbs/11c_scenarios.ipynb)
+CAUSAL_SPLIT_MIN_LEN = 64  # shorter passes save less than the extra operators cost (see nbs/91c_scenarios.ipynb)
 
 
 def causal_attention(q, k, v, mask: torch.Tensor) -> torch.Tensor:

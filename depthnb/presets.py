@@ -34,7 +34,7 @@ SIZE_CLASSES: dict[str, SizeClass] = {
 # Saunshi et al.'s three decoder-only models (Appendix A.1), by their paper names. They are not equal-parameter
 # families: each is trained at its own depth only. The paper names no vocabulary; T5's is assumed: 32000 SentencePiece
 # pieces plus UL2's 128 reserved ids (config.reserved_ids) = n_vocab 32128. The names match the layers' parameters
-# (1.16B, 2.32B, 8.46B), which the vocabulary does not change (nbs/14_plan.ipynb).
+# (1.16B, 2.32B, 8.46B), which the vocabulary does not change (nbs/90_plan.ipynb).
 SAUNSHI_CLASSES: dict[str, SizeClass] = {
     "1B": SizeClass("1B", d_model=2048, d_attn=2048, n_heads=32, n_layers=24, d_ff=5120, depths=(24,)),
     "2B": SizeClass("2B", d_model=2048, d_attn=2048, n_heads=32, n_layers=48, d_ff=5120, depths=(48,)),
@@ -182,7 +182,7 @@ PRESETS["gpu"] = replace(
 # Saunshi et al.'s own study (§3.3, Appendix A.1) at its own scale: the 1B, 2B and 8B models, 512B tokens each,
 # sequence length 1280, AdaFactor, cosine, batch 512 (1B, 2B) and 1024 (8B), the UL2 objective on the Llama mixture
 # (C4 57%, Wikipedia 17%, GitHub 17%, ArXiv 9%, every source from its hub dataset). Its own preset, not a study inside
-# `paper`: every pretraining knob differs from Petty's, and the two papers book different clusters (nbs/14_plan.ipynb).
+# `paper`: every pretraining knob differs from Petty's, and the two papers book different clusters (nbs/90_plan.ipynb).
 SAUNSHI_TOKENS = 512 * 10**9  # Appendix A.1: the same pre-cached tokens, in the same order, for every method
 # Documents pre-cached for those tokens: an estimate, ~570 tokens per mixture document (its document probabilities
 # favour C4's short pages); precache_mixture's record counts what was drawn, and blocks repeat if it falls short.

@@ -5,8 +5,8 @@ from dataclasses import replace
 import pytest
 import torch
 
-from depthnb.scenarios import BenchConfig, bench_model_config
-from depthnb.bench import summarize
+from depthnb.tools.scenarios import BenchConfig, bench_model_config
+from depthnb.tools.bench import summarize
 from depthnb.cmd_bench import cli_bench
 from depthnb.config import ModelConfig
 from depthnb.model import CAUSAL, DecoderLM, FlexMask, attention_mask_bias, flex_mask, layer_mask

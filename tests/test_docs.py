@@ -1,6 +1,6 @@
 """The docs site in a real browser: build it, serve it on localhost, open every page in headless Chromium.
 
-Needs the docs requirements (`make docs` installs them), Playwright (`python -m depthnb.docs deps
+Needs the docs requirements (`make docs` installs them), Playwright (`python -m depthnb.tools.docs deps
 --browser`) and Debian's Chromium at /usr/bin/chromium. Without them the tests skip, unless
 DEPTHNB_BROWSER_TESTS=1 (set it where CI installs them) turns a missing piece into a failure.
 Screenshots: runs/docs-screenshots/.
@@ -17,7 +17,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 from _browser import CHROMIUM, require  # noqa: E402
 
-from depthnb import docs, site_results, sitecheck  # noqa: E402
+from depthnb.tools import docs, pages, site_results, sitecheck  # noqa: E402
 
 pytestmark = pytest.mark.browser
 
@@ -29,7 +29,7 @@ HOME_MAX_PX = 10_000
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
     missing = docs.missing_requirements(docs.DOCS_REQUIREMENTS + sitecheck.BROWSER_REQUIREMENTS)
-    require(not missing, f"missing {missing}: run `.venv/bin/python -m depthnb.docs deps --browser`")
+    require(not missing, f"missing {missing}: run `.venv/bin/python -m depthnb.tools.docs deps --browser`")
     require(Path(CHROMIUM).exists(), f"{CHROMIUM} missing: apt-get install chromium")
     t0 = time.time()
     build = docs.build_docs(ROOT, tmp_path_factory.mktemp("site"), log=lambda *a: None)
@@ -52,22 +52,22 @@ def _expected_images(site_source: Path, page: str) -> int:
 def test_every_notebook_becomes_a_page(site):
     assert site.failures == {}, "notebooks nbdev could not process:\n" + "\n".join(f"nbs/{nb}: {err}" for nb, err in site.failures.items())
     assert site.warnings == [], "Sphinx warnings:\n" + "\n".join(site.warnings)
-    pages = docs.site_pages(ROOT / "nbs")
+    site_pages = pages.site_pages(ROOT / "nbs")
     presets = site_results.shown_presets(ROOT)
     results = ["results.html"] + [f"report-{p}.html" for p in presets]
-    assert sorted(site.pages) == sorted([docs.page_name(p) for p in pages.all()] + results)
+    assert sorted(site.pages) == sorted([pages.page_name(p) for p in site_pages.all()] + results)
     for page in site.pages:
         assert (site.site / page).is_file(), page
     # the API reference: show_doc entries are headings with nbdev's anchors, readable signatures
     solver = (site.site / "solver.html").read_text()
     assert 'id="solve_d_ff"' in solver and "depthnb.github.io" not in solver
-    # no signature shows the type nbdev infers for a builtin default (docs.html's own code and tests show the raw form)
-    raw = [p for p in site.pages if p != "docs.html" and "builtin_function_or_method" in (site.site / p).read_text()]
+    # no signature shows the type nbdev infers for a builtin default (myst.html's own code and tests show the raw form)
+    raw = [p for p in site.pages if p != "myst.html" and "builtin_function_or_method" in (site.site / p).read_text()]
     assert raw == [], raw
-    # the Results page comes first in the navigation, after the home page
+    # the Results page comes first in the navigation, after the home page; the tooling comes last
     home = (site.site / "index.html").read_text()
     nav = home[home.index('class="bd-links'):]
-    assert nav.index("results.html") < nav.index("config.html") < nav.index("experiments/petty_shapes.html")
+    assert nav.index("results.html") < nav.index("config.html") < nav.index("experiments/petty_shapes.html") < nav.index('href="plan.html"')
 
 
 def test_results_page_and_experiment_pages(site):

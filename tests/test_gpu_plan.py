@@ -195,7 +195,7 @@ def test_benchmarks_need_no_other_wheel(tmp_path):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(image), str(ROOT / "tests")]), OMP_NUM_THREADS="1")
     hidden = subprocess.run([sys.executable, "-c", "import papermill"], env=env, capture_output=True, text=True)
     assert "as on the GPU image" in hidden.stderr
-    imports = "; ".join(f"import {m}" for m in ("depthnb.bench", "test_band", "test_bench", "test_model",
+    imports = "; ".join(f"import {m}" for m in ("depthnb.tools.bench", "test_band", "test_bench", "test_model",
                                                  "test_parallel"))
     result = subprocess.run([sys.executable, "-c", imports], env=env, capture_output=True, text=True, cwd=ROOT)
     assert result.returncode == 0, result.stderr[-2000:]

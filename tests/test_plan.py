@@ -1,4 +1,4 @@
-"""depthnb.plan: Saunshi's size classes, the memory model against torch's own byte counts, the runs it plans, and
+"""depthnb.tools.plan: Saunshi's size classes, the memory model against torch's own byte counts, the runs it plans, and
 `depthnb plan` on the command line."""
 import math
 import subprocess
@@ -13,7 +13,7 @@ from depthnb.devices import PEAK_FLOPS
 from depthnb.model import DecoderLM
 from depthnb.optim import make_optimizer
 from depthnb.cmd_plan import cli_plan
-from depthnb.plan import (GPUS, USABLE_MEMORY, GiB, activation_bytes, family_model, format_plan, family_runs,
+from depthnb.tools.plan import (GPUS, USABLE_MEMORY, GiB, activation_bytes, family_model, format_plan, family_runs,
                           matmul_params, measured_mfu, memory_per_gpu, n_params, optimizer_state_bytes, plan_table,
                           stack_model, study_runs)
 from depthnb.schedules import SAUNSHI_MODELS, TABLE1_SPEEDUPS, speedup
@@ -25,7 +25,7 @@ SMALL = dict(d_model=32, d_attn=48, n_heads=4, d_ff=72, n_layers=2, n_vocab=300,
 
 
 def test_no_torch_on_the_import_path():
-    out = subprocess.run([sys.executable, "-c", "import depthnb.plan, sys; print('torch' in sys.modules)"],
+    out = subprocess.run([sys.executable, "-c", "import depthnb.tools.plan, sys; print('torch' in sys.modules)"],
                          capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 

@@ -15,7 +15,7 @@ import pytest
 from depthnb.config import LLAMA_MIXTURE, DataConfig, override
 from depthnb.data import mixture_cache, prepare_pretraining, train_texts
 from depthnb.mixture import read_mixture
-from depthnb.plan import plan_table, stack_model
+from depthnb.tools.plan import plan_table, stack_model
 from depthnb.presets import PRESETS, STACK_STUDIES
 from depthnb.stacking import stack_pretrain_config, stack_train
 from depthnb.presets import method_stack
