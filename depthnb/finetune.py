@@ -12,23 +12,21 @@ from pathlib import Path
 
 import torch
 
-from .config import FinetuneConfig, ModelConfig, Preset, from_dict, to_dict
+from .config import FinetuneConfig, Preset, to_dict
 from .presets import get_preset
 from .tasks import TASKS, coverage_warnings, parse_task, task_coverage, task_name
 from .evaluation import (cached_task, collate, evaluate_run, fixed_subset, generalization_split,
-                                in_distribution_split, lm_pair, record_task, run_task, run_tokenizer, target_loss)
+                                in_distribution_split, lm_pair, record_task, run_tokenizer, target_loss)
 from .model import DecoderLM
 from .devices import autocast, maybe_compile, resolve_device
 from .optim import make_optimizer
-from .train import (LoopHooks, LoopSchedule, Window, finished_run, job_lock, kept_checkpoint_steps,
-                           refine_run_dir, train_loop)
-from .runs import (finetune_run_dir, is_done, load_model, load_verified, pretrain_run_dir, read_config,
-                          set_rng_state, source_run_dir, step_file)
+from .loop import LoopHooks, LoopSchedule, Window, finished_run, job_lock, train_loop
+from .runs import finetune_run_dir, is_done, load_model, pretrain_run_dir, set_rng_state, source_run_dir
 
 
 # %% auto #0
 __all__ = ['bucket_batches', 'BatchSchedule', 'LazyPairs', 'finetune', 'finetune_schedule', 'finetune_on', 'report_coverage',
-           'finetune_config', 'finetune_job', 'refine_finetune']
+           'finetune_config', 'finetune_job']
 
 # %% ../nbs/07_finetune.ipynb #1cc33e07
 def bucket_batches(lengths: list[int], batch_size: int, seed: int, epoch: int, pool: int = 16) -> list[list[int]]:
@@ -207,37 +205,3 @@ def finetune_job(preset: Preset | str, size_class, n_layers: int, seed: int, tas
             if not (run_dir / "eval" / f"{split}.json").exists():
                 evaluate_run(run_dir, split, log=quiet)
     return str(run_dir)
-
-# %% ../nbs/07_finetune.ipynb #6e1da960
-def refine_finetune(run_dir: Path | str, first: int, last: int, every: int = 1, *, progress: bool = False,
-                    log=print) -> str:
-    """Retrain part of the finished fine-tuning run `run_dir` to evaluate its in-distribution loss and keep its
-    weights at steps `first`, `first + every`, ... up to `last`, from its newest kept checkpoint at or before `first`
-    (else from its source model; a stretch that starts at a checkpoint has that checkpoint's weights at `first`, and
-    evaluates from the next step); returns the refined stretch's run directory (`train.refine_run_dir`)."""
-    run_dir = Path(run_dir)
-    record = read_config(run_dir)
-    if record.get("kind") != "finetune" or not is_done(run_dir):
-        raise ValueError(f"refine_finetune: {run_dir} is not a finished fine-tuning run")
-    config = from_dict(FinetuneConfig, record["config"])
-    if every < 1 or not 0 < first <= last <= config.steps:
-        raise ValueError(f"refine_finetune: need every >= 1 and 0 < first <= last <= {config.steps} (the run's steps), "
-                         f"got first={first}, last={last}, every={every}")
-    steps = list(range(first, last + 1, every))
-    out = refine_run_dir(run_dir, first, last, every)
-    kept = [s for s in kept_checkpoint_steps(run_dir) if s <= first and s < steps[-1]]
-    state = load_verified(run_dir / "checkpoints" / step_file(kept[-1])) if kept else None
-    tokenizer, task = run_tokenizer(run_dir), run_task(run_dir)
-    if state is not None:
-        model = DecoderLM(from_dict(ModelConfig, record["model_config"]))
-        model.load_state_dict(state["model"])
-    elif record.get("source") is None or not Path(record["source"]).exists():
-        why = ("was fine-tuned from a model object (no source recorded)" if record.get("source") is None
-               else f"was fine-tuned from {record['source']}, which no longer exists")
-        raise ValueError(f"refine_finetune: {run_dir} keeps no checkpoint at or before step {first} and {why}")
-    else:
-        model = load_model(record["source"])
-    schedule = replace(finetune_schedule(config), begin=kept[-1] if kept else 0, stop=steps[-1], snapshots=frozenset(steps))
-    finetune(model, record["task"], config, out, tokenizer=tokenizer, dataset=cached_task(task), schedule=schedule,
-             state=state, progress=progress, log=log)
-    return str(out)

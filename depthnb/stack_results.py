@@ -22,7 +22,7 @@ from .primitives import PRIMITIVE_TASKS, evaluate_task, finetune_primitives, tab
 from .runs import (atomic_write, is_done, load_model, read_config, read_metrics, source_run_dir,
                           stack_finetune_run_dir, stack_run_dir)
 from .stacking import measured_speedup, read_stack_run
-from .train import run_parallel
+from .jobs import run_parallel
 from .downstream_tables import GROUP_TITLES, calculator_setting, truncated_count
 
 # %% auto #0

@@ -27,7 +27,8 @@ from .schedules import speedup, stack_config, stage_depths, stage_schedule
 from .devices import resolve_device
 from .parallel import check_parallel_optimizer, checkpoints_for, init_parallel
 from .optim import make_optimizer
-from .train import finished_run, job_lock, pretrain
+from .loop import finished_run, job_lock
+from .train import pretrain
 
 # %% auto #0
 __all__ = ['Stage', 'stack_stages', 'stage_config', 'grow_state', 'stage_state', 'stack_record', 'stack_train',

@@ -6,41 +6,30 @@
 from __future__ import annotations
 
 import contextlib
-import math
-import os
-import time
-from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import dataclass, replace
+from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import torch
-import torch.distributed as dist
 import torch.nn as nn
-from tqdm.auto import tqdm
 
-from .config import Preset, PretrainConfig, config_diff, from_dict, reserved_ids, to_dict
+from .config import Preset, PretrainConfig, config_diff, reserved_ids, to_dict
 from .presets import get_preset, preset_size_class
 from .devices import (DistInfo, all_reduce_sum, autocast, configure_backends, maybe_compile, mfu,
                              peak_flops, resolve_device)
 from .model import DecoderLM
-from .optim import lr_at, make_optimizer, set_lr, train_step
+from .optim import make_optimizer
 from .solver import model_config
-from .runs import (KEEP_CHECKPOINTS, MetricsLog, check_free_space, free_space, is_done, load_model, load_verified,
-                          mark_done, pretrain_run_dir, read_config, read_done, rng_state, set_rng_state,
-                          step_file, write_or_check_config)
-from .parallel import (FullCheckpoints, ShardedCheckpoints, check_parallel_optimizer, checkpoints_for,
-                              init_parallel, prepare_training, ranks_lock)
+from .runs import pretrain_run_dir
+from .parallel import check_parallel_optimizer, checkpoints_for, init_parallel, prepare_training
+from .loop import LoopHooks, LoopSchedule, Window, finished_run, job_lock, train_loop
 from .schedules import snapshot_steps
 from .data import prepare_pretraining
 from .ul2 import UL2
 
 
 # %% auto #0
-__all__ = ['WORKER_ENV', 'lm_loss', 'NonFiniteLossError', 'check_finite', 'run_disk_need', 'job_lock', 'finished_run',
-           'LoopSchedule', 'Window', 'LoopHooks', 'resume', 'train_loop', 'pretrain_hooks', 'pretrain_record',
-           'pretrain_schedule', 'pretrain', 'pretrain_config', 'environment', 'run_parallel', 'pretrain_job',
-           'refine_run_dir', 'kept_checkpoint_steps', 'refine_snapshots']
+__all__ = ['lm_loss', 'pretrain_hooks', 'pretrain_record', 'pretrain_schedule', 'pretrain', 'pretrain_config', 'pretrain_job']
 
 # %% ../nbs/05_train.ipynb #2c57c7e3
 @torch.no_grad()
@@ -63,172 +52,6 @@ def lm_loss(model: DecoderLM, blocks, n_sequences: int, batch_size: int, device:
     model.train(was_training)
     total, count = all_reduce_sum(sums, info).tolist()
     return total / count
-
-# %% ../nbs/05_train.ipynb #f2f5b112
-class NonFiniteLossError(FloatingPointError):
-    "The training loss (or gradient norm) became NaN or infinite."
-
-
-def check_finite(loss: float, grad_norm: float, step: int, run_dir: Path, last_ckpt: int | None) -> None:
-    "Raise `NonFiniteLossError` (naming the step and the checkpoint kept) if the loss or gradient norm is NaN or infinite."
-    if not (math.isfinite(loss) and math.isfinite(grad_norm)):
-        kept = (f"the last checkpoint (step {last_ckpt}) is kept in {run_dir / 'checkpoints'}"
-                if last_ckpt is not None else "no checkpoint had been written yet")
-        raise NonFiniteLossError(f"non-finite loss at step {step}: loss={loss}, grad_norm={grad_norm}; "
-                                 f"the run stopped before applying that update, and {kept}")
-
-# %% ../nbs/05_train.ipynb #32a1150f
-def run_disk_need(n_params: int, n_snapshots: int, keep: int = KEEP_CHECKPOINTS) -> int:
-    "Bytes a run's files take at most: `keep` checkpoints and one being written (fp32 weights, two optimizer moments), snapshots, final weights."
-    return 4 * n_params * (3 * (keep + 1) + n_snapshots + 1)
-
-
-def job_lock(run_dir: Path | str, info: DistInfo = DistInfo()):
-    "The run directory's lock (`runs.run_lock`), held by the main rank for all ranks of a job; a run in use is refused on every rank (`parallel.ranks_lock`)."
-    return ranks_lock(run_dir, info)
-
-
-def finished_run(run_dir: Path | str, record: dict, device: torch.device, info: DistInfo = DistInfo(),
-                 say=print) -> DecoderLM | None:
-    "Store `record` as `run_dir/config.json` (or check it against the stored one); the final model if the run has finished, else None."
-    write_or_check_config(run_dir, record, write=info.main)
-    if info.world > 1:
-        dist.barrier()
-    if not is_done(run_dir):
-        return None
-    say(f"{run_dir}: finished already (step {read_done(run_dir)['step']}); loading final.pt")
-    return load_model(run_dir, device).train()
-
-# %% ../nbs/05_train.ipynb #b2726ebd
-@dataclass(frozen=True)
-class LoopSchedule:
-    "The global steps [begin, stop) a `train_loop` call trains, their learning rate, and when it logs, evaluates, keeps snapshots and checkpoints."
-    begin: int
-    stop: int
-    steps: int  # the length of the learning-rate schedule (a stage stops before its end)
-    lr: float
-    warmup_steps: int
-    min_lr_ratio: float  # 1.0: constant after warm-up
-    log_every: int
-    eval_every: int
-    ckpt_every: int
-    snapshots: frozenset[int] = frozenset()  # steps whose weights are kept (and evaluated)
-
-    def learning_rate(self, step: int) -> float:
-        "The learning rate of the update after `step` steps."
-        return lr_at(step, self.lr, self.steps, self.warmup_steps, self.min_lr_ratio)
-
-    def logs(self, step: int) -> bool:
-        return step % self.log_every == 0 or step == self.stop
-
-    def evaluates(self, step: int) -> bool:
-        return step % self.eval_every == 0 or step in self.snapshots or step == self.stop
-
-    def checkpoints(self, step: int) -> bool:
-        return step % self.ckpt_every == 0 or step == self.stop
-
-
-@dataclass(frozen=True)
-class Window:
-    "The steps since the last `train` record, which the next record reports."
-    step: int  # the last of them
-    steps: int
-    loss: float  # their mean training loss
-    lr: float  # the learning rate of the last step's update
-    grad_norm: float  # the last step's gradient norm, before clipping
-    seconds: float  # their training time
-    elapsed_s: float  # the run's training time up to `step`
-
-
-@dataclass(frozen=True)
-class LoopHooks:
-    "What pretraining and fine-tuning do differently inside `train_loop`."
-    batch: Callable[[int], list[tuple[torch.Tensor, torch.Tensor]]]  # step s -> micro-batches of the update after it
-    evaluate: Callable[[nn.Module], dict[str, float]]  # model -> mean loss of each evaluation split
-    train_record: Callable[[Window], dict]  # a logging window -> its `train` metrics record
-    wrap: Callable[[nn.Module], nn.Module] = lambda model: model  # model -> what runs the steps (DDP, compiled)
-    checkpoints: FullCheckpoints | ShardedCheckpoints = FullCheckpoints()  # how checkpoints and weights are written
-
-# %% ../nbs/05_train.ipynb #0c5b208b
-def resume(run_dir: Path, model: nn.Module, optimizer: torch.optim.Optimizer, schedule: LoopSchedule,
-           say=print, checkpoints: FullCheckpoints | ShardedCheckpoints = FullCheckpoints()) -> tuple[int | None, float]:
-    "Load `run_dir`'s newest good checkpoint into `model`, `optimizer` and the random generators; (its step, training seconds), or (None, 0.0)."
-    state = checkpoints.load(run_dir, model, optimizer, log=say)  # replaces any initial optimizer state the caller loaded
-    if state is None:
-        return None, 0.0
-    if not schedule.begin <= state["step"] <= schedule.stop:
-        raise ValueError(f"{state['path']} is at step {state['step']}, outside this call's steps [{schedule.begin}, {schedule.stop}]")
-    set_rng_state(state["rng"])
-    say(f"{run_dir}: resuming from {state['path'].name} (step {state['step']} of {schedule.stop})")
-    return state["step"], state.get("elapsed_s", 0.0)
-
-
-def train_loop(run_dir: Path | str, model: DecoderLM, optimizer: torch.optim.Optimizer, schedule: LoopSchedule,
-               hooks: LoopHooks, *, config: dict, grad_clip: float = 1.0, precision=contextlib.nullcontext,
-               info: DistInfo = DistInfo(), progress: bool = True, desc: str | None = None, say=print) -> DecoderLM:
-    "Train `model` over `schedule`'s steps in `run_dir`, resuming from its newest good checkpoint; ends with `final.pt` and `DONE`."
-    run_dir = Path(run_dir)
-    if info.main:  # before the first step, not at the first checkpoint
-        need = run_disk_need(model.num_params(), len(schedule.snapshots))
-        check_free_space(run_dir, need, "this run's checkpoints and snapshots")
-        say(f"{run_dir}: checkpoints and snapshots need up to {need / 2**20:,.0f} MiB; "
-            f"{free_space(run_dir) / 2**20:,.0f} MiB free")
-    last_ckpt, elapsed = resume(run_dir, model, optimizer, schedule, say, hooks.checkpoints)
-    begin = schedule.begin if last_ckpt is None else last_ckpt
-    metrics = MetricsLog(run_dir)
-    if info.main:
-        metrics.truncate(begin)
-        if last_ckpt is not None:  # where a resumed call's training starts: the first step it trains is `begin + 1`
-            metrics.write(kind="resume", step=begin)
-    forward, params = hooks.wrap(model), list(model.parameters())
-    bar = tqdm(total=schedule.stop, initial=begin, disable=not (progress and info.main), desc=desc or run_dir.name,
-               dynamic_ncols=True, leave=False)
-    window_loss, window_steps, window_time = 0.0, 0, 0.0
-    for s in range(begin, schedule.stop):
-        t0 = time.perf_counter()
-        lr = schedule.learning_rate(s)
-        set_lr(optimizer, lr)
-        seen = {}
-
-        def check(loss, grad_norm):  # runs after clipping, before the update
-            seen["loss"] = (all_reduce_sum(loss.clone(), info) / info.world).item()
-            seen["grad_norm"] = grad_norm.item()
-            check_finite(seen["loss"], seen["grad_norm"], s + 1, run_dir, last_ckpt)
-
-        train_step(forward, optimizer, hooks.batch(s), grad_clip, precision, params, before_update=check)
-        step, dt = s + 1, time.perf_counter() - t0
-        elapsed += dt
-        window_loss, window_steps, window_time = window_loss + seen["loss"], window_steps + 1, window_time + dt
-        bar.update(1)
-        if schedule.logs(step):
-            window = Window(step, window_steps, window_loss / window_steps, lr, seen["grad_norm"], window_time, elapsed)
-            if info.main:
-                metrics.write(**hooks.train_record(window))
-            bar.set_postfix(loss=f"{window.loss:.4f}", lr=f"{lr:.2e}")
-            window_loss, window_steps, window_time = 0.0, 0, 0.0
-        if schedule.evaluates(step):
-            for split, loss in hooks.evaluate(model).items():
-                if info.main:
-                    metrics.write(kind="eval", step=step, split=split, loss=loss, ppl=math.exp(min(loss, 700)))
-        if step in schedule.snapshots:
-            rel = Path("snapshots") / step_file(step)
-            hooks.checkpoints.save_weights(run_dir / rel, model, step, info)
-            if info.main:
-                metrics.write(kind="snapshot", step=step, path=str(rel))
-        if schedule.checkpoints(step):
-            hooks.checkpoints.save(run_dir, model, optimizer, dict(step=step, scheduler=dict(step=step, steps=schedule.steps),
-                                   data_position=step, rng=rng_state(), elapsed_s=elapsed, config=config), info)
-            last_ckpt = step
-            if info.world > 1:
-                dist.barrier()
-    bar.close()
-    metrics.close()
-    hooks.checkpoints.save_weights(run_dir / "final.pt", model, schedule.stop, info)
-    if info.main:
-        mark_done(run_dir, step=schedule.stop, elapsed_s=elapsed)
-    if info.world > 1:
-        dist.barrier()
-    return model
 
 # %% ../nbs/05_train.ipynb #92650a49
 def _initial_model(config: PretrainConfig, init_model: DecoderLM | None) -> DecoderLM:
@@ -349,99 +172,9 @@ def pretrain_config(preset: Preset | str, size_class, n_layers: int, seed: int =
     return replace(pc, model=model, seed=seed, device=pc.device if pc.device != "auto" else p.device)
 
 
-# %% ../nbs/05_train.ipynb #fe2a1274
-WORKER_ENV = {"MALLOC_MMAP_THRESHOLD_": "33554432", "MALLOC_TRIM_THRESHOLD_": "268435456"}  # read by glibc at start
-
-
-@contextlib.contextmanager
-def environment(changes: dict[str, str]):
-    "`os.environ` with `changes` inside the block (what processes started there inherit), restored after it."
-    saved = {k: os.environ.get(k) for k in changes}
-    os.environ.update(changes)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
-def run_parallel(fn, jobs: list[dict], workers: int = 1, threads: int = 1, log=print) -> list:
-    "`[fn(**job) for job in jobs]`, computed by `workers` spawned processes of `threads` threads each (`WORKER_ENV`)."
-    if workers <= 1 or len(jobs) <= 1:
-        return [fn(**job) for job in jobs]
-    ctx = torch.multiprocessing.get_context("spawn")
-    results: list = [None] * len(jobs)
-    t0 = time.time()
-    with environment(WORKER_ENV), ProcessPoolExecutor(min(workers, len(jobs)), mp_context=ctx,
-                                                      initializer=torch.set_num_threads, initargs=(threads,)) as pool:
-        futures = {pool.submit(fn, **job): i for i, job in enumerate(jobs)}
-        for n_done, fut in enumerate(as_completed(futures), 1):
-            i = futures[fut]
-            try:
-                results[i] = fut.result()
-            except Exception as e:
-                for other in futures:
-                    other.cancel()
-                raise RuntimeError(f"{getattr(fn, '__name__', fn)} failed for job {jobs[i]}: "
-                                   f"{type(e).__name__}: {e}") from e
-            log(f"[{n_done}/{len(jobs)}] {getattr(fn, '__name__', 'job')}({_job_label(jobs[i])}) "
-                f"done after {time.time() - t0:.0f} s")
-    return results
-
-
-def _job_label(job: dict) -> str:
-    return ", ".join(f"{k}={v}" for k, v in job.items() if isinstance(v, (str, int, float)) and k != "preset")
-
-
+# %% ../nbs/05_train.ipynb #287b257f
 def pretrain_job(preset: Preset | str, size_class, n_layers: int, seed: int) -> str:
     "Pretrain (or find finished) one model of a preset's sweep; returns its run directory."
     run_dir = pretrain_run_dir(preset, size_class, n_layers, seed)
     pretrain(pretrain_config(preset, size_class, n_layers, seed), run_dir, progress=False, log=lambda *a: None)
     return str(run_dir)
-
-# %% ../nbs/05_train.ipynb #7ab6ecee
-def refine_run_dir(run_dir: Path | str, first: int, last: int, every: int) -> Path:
-    "Where `refine_snapshots` keeps a pretraining run's weights at steps `first`, `first + every`, ... up to `last`."
-    return Path(run_dir) / "refine" / f"steps_{first:08d}-{last:08d}_every_{every}"
-
-
-def kept_checkpoint_steps(run_dir: Path | str) -> list[int]:
-    "The steps of the full checkpoints a run directory keeps, sorted."
-    return sorted(int(p.stem.split("_")[1]) for p in (Path(run_dir) / "checkpoints").glob("step_*.pt"))
-
-
-def refine_snapshots(run_dir: Path | str, first: int, last: int, every: int, *, data=None, progress: bool = False,
-                     log=print) -> str:
-    """Retrain part of the finished pretraining run `run_dir` to keep its weights at steps `first`, `first + every`,
-    ... up to `last`, from its newest kept checkpoint before them (else from initialization); returns the refined
-    stretch's run directory (`refine_run_dir`)."""
-    run_dir = Path(run_dir)
-    record = read_config(run_dir)
-    if record.get("kind") != "pretrain" or not is_done(run_dir):
-        raise ValueError(f"refine_snapshots: {run_dir} is not a finished pretraining run")
-    config = from_dict(PretrainConfig, record["config"])
-    if config.parallel == "fsdp":
-        raise ValueError(f"refine_snapshots: {run_dir} keeps sharded (FSDP) checkpoints; refining reads a full one")
-    begin, stop = record["start_step"], record["stop_step"]
-    if every < 1 or not begin < first <= last <= stop:
-        raise ValueError(f"refine_snapshots: need every >= 1 and {begin} < first <= last <= {stop} (the run's steps), "
-                         f"got first={first}, last={last}, every={every}")
-    steps = list(range(first, last + 1, every))
-    out = refine_run_dir(run_dir, first, last, every)
-    kept = [s for s in kept_checkpoint_steps(run_dir) if begin < s <= first and s < steps[-1]]
-    if not kept:
-        if begin != 0:
-            raise ValueError(f"refine_snapshots: {run_dir} keeps no checkpoint at or before step {first} and does not "
-                             f"start from initialization (its first step is {begin})")
-        pretrain(config, out, stop_step=steps[-1], snapshots=steps, data=data, progress=progress, log=log)
-        return str(out)
-    state = load_verified(run_dir / "checkpoints" / step_file(kept[-1]))
-    model = DecoderLM(config.model)
-    model.load_state_dict(state["model"])
-    set_rng_state(state["rng"])
-    pretrain(config, out, init_model=model, init_optimizer_state=state["optimizer"], start_step=kept[-1],
-             stop_step=steps[-1], snapshots=steps, data=data, progress=progress, log=log)
-    return str(out)

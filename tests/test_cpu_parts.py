@@ -16,7 +16,7 @@ from depthnb.commands import threads_for
 from depthnb.config import Preset
 from depthnb.presets import PRESETS, load_preset, preset_depths, preset_stack_seeds, repo_root
 from depthnb.reproduce import experiment_order, pool_parts, reproduce
-from depthnb.train import WORKER_ENV
+from depthnb.jobs import WORKER_ENV
 
 PARTS = PRESETS["cpu"].parts
 BUDGET_MINUTES = 120  # each part on a fresh clone, install included

@@ -89,7 +89,7 @@ def test_failure_names_notebook_and_cell(tmp_path):
 
 def test_equal_ppl_refines_a_sparse_match(pipeline):
     """At reference depth 2 the 1-layer model crosses the target between two kept snapshots, further from it than the
-    claims' tolerance: that stretch is retrained with denser snapshots (`train.refine_snapshots`), which reproduce
+    claims' tolerance: that stretch is retrained with denser snapshots (`controls.refine_snapshots`), which reproduce
     the run's own evaluations exactly (same process, same threads), and the match is made again among them."""
     runs, out, _, _ = pipeline
     figures = out.parent.with_name("figures_refined")

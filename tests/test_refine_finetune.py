@@ -1,4 +1,4 @@
-"""Refined fine-tuning stretches (`finetune.refine_finetune`, the equal in-distribution loss control's dense
+"""Refined fine-tuning stretches (`controls.refine_finetune`, the equal in-distribution loss control's dense
 evaluations): a stretch retrained from a kept checkpoint, or from the source model where none is kept, gives the
 run's own evaluations and weights bit for bit, evaluates at every step asked for, reruns as a no-op, and refuses
 what it cannot retrain faithfully with one line naming the run."""
@@ -15,10 +15,10 @@ from _train_common import TEST_DATA  # noqa: E402
 
 import depthnb.finetune as ft  # noqa: E402
 from depthnb.config import FinetuneConfig, ModelConfig  # noqa: E402
+from depthnb.controls import kept_checkpoint_steps, refine_finetune  # noqa: E402
 from depthnb.data import train_tokenizer  # noqa: E402
 from depthnb.model import DecoderLM  # noqa: E402
 from depthnb.runs import load_model, read_metrics, save_weights  # noqa: E402
-from depthnb.train import kept_checkpoint_steps  # noqa: E402
 
 CFG = FinetuneConfig(steps=12, batch_size=16, lr=1e-2, warmup_steps=2, eval_every=4, eval_examples=16,
                      n_snapshots=2, eval_batch_size=16, max_new_tokens=16, device="cpu", bf16=False)
@@ -57,7 +57,7 @@ def same_weights(a, b) -> bool:
 
 def test_stretch_from_a_kept_checkpoint_is_the_runs_own(run):
     assert kept_checkpoint_steps(run) == [8, 12]
-    out = Path(ft.refine_finetune(run, 9, 12, 1, log=lambda *a: None))
+    out = Path(refine_finetune(run, 9, 12, 1, log=lambda *a: None))
     assert out == run / "refine" / "steps_00000009-00000012_every_1"
     assert read_metrics(out, "snapshot").step.tolist() == [9, 10, 11, 12]
     dense = evals(out)
@@ -68,34 +68,34 @@ def test_stretch_from_a_kept_checkpoint_is_the_runs_own(run):
 
 
 def test_stretch_before_any_kept_checkpoint_retrains_from_the_source(run):
-    out = Path(ft.refine_finetune(run, 2, 4, 1, log=lambda *a: None))
+    out = Path(refine_finetune(run, 2, 4, 1, log=lambda *a: None))
     assert sorted(evals(out)) == [2, 3, 4] and evals(out)[4] == evals(run)[4]
     assert same_weights(out / "snapshots" / "step_00000004.pt", run / "snapshots" / "step_00000004.pt")
     # the same stretch evaluated every other step ends on the same weights
-    sparse = Path(ft.refine_finetune(run, 2, 4, 2, log=lambda *a: None))
+    sparse = Path(refine_finetune(run, 2, 4, 2, log=lambda *a: None))
     assert sorted(evals(sparse)) == [2, 4] and evals(sparse)[4] == evals(run)[4]
 
 
 def test_refining_again_is_a_no_op(run):
-    out = Path(ft.refine_finetune(run, 9, 12, 1, log=lambda *a: None))
+    out = Path(refine_finetune(run, 9, 12, 1, log=lambda *a: None))
     before = (out / "final.pt").stat().st_mtime_ns
     said = []
-    assert Path(ft.refine_finetune(run, 9, 12, 1, log=said.append)) == out
+    assert Path(refine_finetune(run, 9, 12, 1, log=said.append)) == out
     assert (out / "final.pt").stat().st_mtime_ns == before and "finished already" in said[0]
 
 
 def test_refine_refuses_what_it_cannot_retrain(run, tok, tmp_path):
     with pytest.raises(ValueError, match=r"0 < first <= last <= 12 \(the run's steps\), got first=10, last=14"):
-        ft.refine_finetune(run, 10, 14, 1)
+        refine_finetune(run, 10, 14, 1)
     with pytest.raises(ValueError, match="every >= 1"):
-        ft.refine_finetune(run, 9, 12, 0)
+        refine_finetune(run, 9, 12, 0)
     with pytest.raises(ValueError, match="is not a finished fine-tuning run"):
-        ft.refine_finetune(_pretrain_like(tmp_path), 1, 2, 1)
+        refine_finetune(_pretrain_like(tmp_path), 1, 2, 1)
     objected = tmp_path / "from_object"  # fine-tuned from a model object: no source to start again from
     ft.finetune(fresh_model(), "cogs", replace(CFG, steps=4, eval_every=2), objected, tokenizer=tok, progress=False,
                 log=lambda *a: None)
     with pytest.raises(ValueError, match="keeps no checkpoint at or before step 1 and was fine-tuned from a model object"):
-        ft.refine_finetune(objected, 1, 2, 1)
+        refine_finetune(objected, 1, 2, 1)
 
 
 def _pretrain_like(folder: Path) -> Path:

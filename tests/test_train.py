@@ -17,7 +17,8 @@ from _train_common import Crash, DataHook, assert_resumed_like, resumed_from, sm
 
 from depthnb.model import DecoderLM  # noqa: E402
 from depthnb.runs import ConfigMismatchError, is_done, latest_checkpoint, load_model, read_metrics  # noqa: E402
-from depthnb.train import NonFiniteLossError, pretrain  # noqa: E402
+from depthnb.loop import NonFiniteLossError  # noqa: E402
+from depthnb.train import pretrain  # noqa: E402
 
 SCRIPT = Path(__file__).parent / "_pretrain_script.py"
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -273,7 +274,7 @@ def test_checkpoint_rotation_removes_each_old_file_and_its_checksum(tmp_path):
 def test_resume_returns_the_checkpoints_step_and_seconds(tmp_path):
     "`resume` at the edges of a call's steps, with and without the recorded training seconds; a step outside refused."
     from depthnb.runs import rng_state, save_checkpoint
-    from depthnb.train import LoopSchedule, resume
+    from depthnb.loop import LoopSchedule, resume
 
     model = DecoderLM(small_config().model)
     optimizer = torch.optim.AdamW(model.parameters())
