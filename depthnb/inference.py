@@ -14,7 +14,7 @@ from tqdm.auto import tqdm
 
 # %% auto #0
 __all__ = ['left_pad', 'KVCache', 'kv_cache', 'output_layer', 'LastPositionHead', 'greedy_steps', 'greedy_generate',
-           'greedy_batch', 'generate_many', 'continuation_scores']
+           'greedy_batch', 'generate_many', 'continuation_scores', 'plain_continuation_scores']
 
 # %% ../nbs/02h_inference.ipynb #a41h0007
 def left_pad(prompts: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -182,7 +182,10 @@ def continuation_scores(model: nn.Module, pairs: list[tuple[list[int], list[int]
                         batch_size: int = 16, progress: bool = False) -> list[tuple[float, bool]]:
     """Per (context, continuation) pair of token ids (contexts not empty): the sum of log p(continuation | context),
     and whether every continuation token is the greedy choice. Each distinct context is run once, `batch_size`
-    contexts at a time, and its continuations read together after it."""
+    contexts at a time, and its continuations read together after it. A model without depthnb's KV cache (a Hugging
+    Face model in `hf.HFCausalLM`) is scored by `plain_continuation_scores`."""
+    if not getattr(model, "takes_kv_cache", False):
+        return plain_continuation_scores(model, pairs, pad_id, batch_size, progress)
     was_training, device = model.training, next(model.parameters()).device
     model.eval()
     followers: dict[tuple[int, ...], list[int]] = {}  # each distinct context: the pairs that continue it
@@ -213,5 +216,30 @@ def continuation_scores(model: nn.Module, pairs: list[tuple[list[int], list[int]
         greedy = ((logp.argmax(-1) == tokens) | ~scored).all(-1)
         for i, lp, g in zip(members, total.tolist(), greedy.tolist()):
             out[i] = (lp, g)
+    model.train(was_training)
+    return out
+
+
+@torch.inference_mode()
+def plain_continuation_scores(model: nn.Module, pairs: list[tuple[list[int], list[int]]], pad_id: int,
+                              batch_size: int = 16, progress: bool = False) -> list[tuple[float, bool]]:
+    """`continuation_scores` for any causal LM whose forward takes token ids only: one pass per pair over its context
+    and continuation, right-padded (the padding comes after every scored position), longest first."""
+    was_training, device = model.training, next(model.parameters()).device
+    model.eval()
+    inputs = [(context + continuation)[:-1] for context, continuation in pairs]
+    order = sorted(range(len(pairs)), key=lambda i: -len(inputs[i]))
+    out: list = [None] * len(pairs)
+    for start in tqdm(range(0, len(order), batch_size), disable=not progress, desc="score", leave=False):
+        batch = order[start:start + batch_size]
+        x = torch.full((len(batch), max(1, len(inputs[batch[0]]))), pad_id, dtype=torch.long)
+        for r, i in enumerate(batch):
+            x[r, :len(inputs[i])] = torch.tensor(inputs[i], dtype=torch.long)
+        logp = model(x.to(device))[0].float().log_softmax(-1)
+        for r, i in enumerate(batch):
+            context, continuation = pairs[i]
+            lp = logp[r, len(context) - 1:len(context) - 1 + len(continuation)]
+            target = torch.tensor(continuation, dtype=torch.long, device=lp.device)
+            out[i] = (lp.gather(-1, target[:, None]).sum().item(), bool((lp.argmax(-1) == target).all()))
     model.train(was_training)
     return out

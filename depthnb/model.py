@@ -219,6 +219,8 @@ class Layer(nn.Module):
 # %% ../nbs/02_model.ipynb #24aeffbb
 class DecoderLM(nn.Module):
     "A causal decoder-only language model built from T5 v1.1 layers."
+    takes_kv_cache = True  # forward takes attention_mask and an inference.KVCache
+
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.cfg = cfg
