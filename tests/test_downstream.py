@@ -21,7 +21,8 @@ from depthnb.cmd_downstream import cli_downstream
 from depthnb.downstream_tasks import (DOWNSTREAM_TASKS, GROUPS, evaluate_config, evaluate_task,
                                      fits_context, gsm8k_finetune_data, gsm8k_finetune_dir, lm_eval_config,
                                      primitive_config, result_path, score_run, task_unavailable)
-from depthnb.model import DecoderLM, generate_many
+from depthnb.inference import generate_many
+from depthnb.model import DecoderLM
 from depthnb.runs import save_weights, write_or_check_config
 from depthnb.downstream_tables import DOWNSTREAM_CLAIMS, downstream_verdicts
 
