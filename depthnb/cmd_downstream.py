@@ -10,7 +10,8 @@ from pathlib import Path
 from .commands import CommandParser, UsageError, add_family_args, family_from_args, preset_from_args
 from .downstream_tasks import (GROUPS, TASKS_DIR, offline_if_unreachable, score_run, select_tasks,
                                       task_unavailable)
-from .runs import is_done, pretrain_run_dir
+from .runs import is_done
+from .runspecs import pretrain_run_dir
 
 # %% auto #0
 __all__ = ['cli_downstream']

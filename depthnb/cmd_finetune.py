@@ -11,9 +11,10 @@ from pathlib import Path
 from .commands import (CommandParser, UsageError, add_family_args, family_from_args, preset_from_args,
                               require_one_run, run_each)
 from .evaluation import cached_task, evaluate_run, run_tokenizer
-from .finetune import finetune_config, finetune_on, report_coverage
+from .finetune import finetune_on, report_coverage
+from .runspecs import finetune_config, finetune_run_dir, pretrain_run_dir
 from .presets import preset_size_class
-from .runs import finetune_run_dir, is_done, pretrain_run_dir, source_run_dir
+from .runs import is_done, source_run_dir
 from .tasks import TASKS, parse_task, task_name
 
 # %% auto #0

@@ -9,8 +9,9 @@ from pathlib import Path
 
 from .commands import CommandParser, UsageError, add_family_args, family_from_args, require_one_run, run_each
 from .config import PretrainConfig
-from .runs import is_done, pretrain_run_dir, write_or_check_config
-from .train import pretrain, pretrain_config, pretrain_record
+from .runs import is_done, write_or_check_config
+from .runspecs import family_run
+from .train import pretrain, pretrain_record
 
 # %% auto #0
 __all__ = ['pretrain_selection', 'cli_pretrain']
@@ -24,10 +25,10 @@ def pretrain_selection(args) -> list[tuple[PretrainConfig, Path]]:
     runs = []
     for n in depths:
         try:
-            configs = [pretrain_config(preset, sc, n, seed) for seed in seeds]
+            specs = [family_run(preset, sc, n, seed) for seed in seeds]
         except ValueError as e:
             raise UsageError(f"--layers {n}: {e}") from None
-        runs += [(cfg, Path(args.run_dir) if args.run_dir else pretrain_run_dir(preset, sc, n, cfg.seed)) for cfg in configs]
+        runs += [(spec.config, Path(args.run_dir) if args.run_dir else spec.run_dir) for spec in specs]
     return runs
 
 

@@ -11,8 +11,9 @@ from .commands import CommandParser, choices, int_list, preset_from_args, requir
 from .config import STACK_RUNS
 from .hf import hf_pretrain_config, load_hf_config
 from .presets import method_stack, preset_stack_seeds
-from .runs import is_done, stack_run_dir, stack_run_name, write_or_check_config
-from .stacking import measured_speedup, stack_pretrain_config, stack_record, stack_train
+from .runs import is_done, write_or_check_config
+from .runspecs import stack_pretrain_config, stack_run_dir, stack_run_name
+from .stacking import measured_speedup, stack_record, stack_train
 
 # %% auto #0
 __all__ = ['cli_stack']

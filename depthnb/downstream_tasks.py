@@ -31,7 +31,8 @@ from lm_eval.tasks._yaml_loader import load_yaml
 
 from .presets import get_preset
 from .downstream import DepthnbLM, calculator_edit, format_number, safe_eval, CalculatorError
-from .finetune import finetune, finetune_config, run_tokenizer
+from .finetune import finetune, run_tokenizer
+from .runspecs import finetune_config
 from .primitives import PRIMITIVE_TASKS, few_shot, holdout_set, score_primitive, get_task
 from .runs import atomic_write_text, load_model, source_run_dir
 from .sources import FetchError, data_path

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import copy
 import functools
-from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -21,12 +20,13 @@ from .model import DecoderLM
 from .devices import autocast, maybe_compile, resolve_device
 from .optim import make_optimizer
 from .loop import LoopHooks, LoopSchedule, Window, finished_run, job_lock, train_loop
-from .runs import finetune_run_dir, is_done, load_model, pretrain_run_dir, set_rng_state, source_run_dir
+from .runs import is_done, load_model, set_rng_state, source_run_dir
+from .runspecs import finetune_config, finetune_run_dir, pretrain_run_dir
 
 
 # %% auto #0
 __all__ = ['bucket_batches', 'BatchSchedule', 'LazyPairs', 'finetune', 'finetune_schedule', 'finetune_on', 'report_coverage',
-           'finetune_config', 'finetune_job']
+           'finetune_job']
 
 # %% ../nbs/07_finetune.ipynb #1cc33e07
 def bucket_batches(lengths: list[int], batch_size: int, seed: int, epoch: int, pool: int = 16) -> list[list[int]]:
@@ -175,14 +175,6 @@ def report_coverage(task: str, tokenizer, n_ctx: int, max_new_tokens: int, log=p
     for w in warnings:
         (warn or log)(w)
     return warnings
-
-# %% ../nbs/07_finetune.ipynb #78fb18c2
-def finetune_config(preset: Preset | str, seed: int = 0, task: str | None = None) -> FinetuneConfig:
-    "The preset's `FinetuneConfig` for `task` (its `task_steps`, if any) with `seed` (device: the preset's for \"auto\")."
-    p = get_preset(preset)
-    fc = p.finetune
-    return replace(fc, seed=seed, steps=p.task_steps.get(task_name(task) if task else task, fc.steps),
-                   device=fc.device if fc.device != "auto" else p.device)
 
 # %% ../nbs/07_finetune.ipynb #c70f476a
 def finetune_job(preset: Preset | str, size_class, n_layers: int, seed: int, task: str, *,

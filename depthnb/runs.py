@@ -22,8 +22,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from .config import ModelConfig, Preset, StackConfig, config_diff, from_dict, to_dict
-from .presets import get_preset, method_stack, preset_size_class
+from .config import ModelConfig, config_diff, from_dict, to_dict
 from .model import DecoderLM
 
 try:
@@ -33,46 +32,12 @@ except ImportError:  # Windows: no cross-process locking
 
 
 # %% auto #0
-__all__ = ['KEEP_CHECKPOINTS', 'pretrain_run_dir', 'finetune_run_dir', 'stack_run_name', 'stack_run_dir',
-           'stack_finetune_run_dir', 'CheckpointError', 'DiskFullError', 'free_space', 'check_free_space',
-           'sha256_file', 'atomic_write', 'atomic_write_text', 'file_lock', 'save_verified', 'load_verified',
-           'rng_state', 'set_rng_state', 'ConfigMismatchError', 'write_or_check_config', 'read_config', 'MetricsLog',
-           'json_lines', 'read_metrics', 'mark_done', 'is_done', 'read_done', 'step_file', 'save_checkpoint',
-           'latest_checkpoint', 'save_weights', 'sharded_checkpoint_dir', 'model_from_state', 'load_model',
-           'source_run_dir', 'RunInUseError', 'run_lock']
-
-# %% ../nbs/02a_runs.ipynb #1dc9a379
-def pretrain_run_dir(preset: Preset | str, size_class, n_layers: int, seed: int = 0) -> Path:
-    "`<runs_dir>/<preset>/pretrain/<class>/L<n_layers>_s<seed>`."
-    p = get_preset(preset)
-    return Path(p.runs_dir) / p.name / "pretrain" / preset_size_class(p, size_class).name / f"L{n_layers}_s{seed}"
-
-
-def finetune_run_dir(preset: Preset | str, size_class, n_layers: int, seed: int, task: str, tag: str | None = None) -> Path:
-    "`<runs_dir>/<preset>/finetune/<class>/L<n_layers>_s<seed>/<task>[_<tag>]`."
-    return (pretrain_run_dir(preset, size_class, n_layers, seed).parent.parent.parent / "finetune"
-            / preset_size_class(preset, size_class).name / f"L{n_layers}_s{seed}" / (task if tag is None else f"{task}_{tag}"))
-
-
-def stack_run_name(method: str, stack: StackConfig, n_layers: int, seed: int = 0) -> str:
-    "`baseline_L24_s0`, `looped_L24_s0`, `midas_L24_b4_prop2_s0` (+ `_reset` when the optimizer state is reset)."
-    if method in ("baseline", "looped"):
-        return f"{method}_L{n_layers}_s{seed}"
-    return (f"{method}_L{n_layers}_b{stack.block_size}_{stack.schedule}{stack.alpha:g}_s{seed}"
-            + ("_reset" if stack.reset_optimizer else ""))
-
-
-def stack_run_dir(preset: Preset | str, method: str, seed: int = 0) -> Path:
-    "`<runs_dir>/<preset>/stack/<stack_run_name>`."
-    p = get_preset(preset)
-    return Path(p.runs_dir) / p.name / "stack" / stack_run_name(method, method_stack(p, method), p.stack_layers, seed)
-
-
-def stack_finetune_run_dir(preset: Preset | str, method: str, task: str, seed: int = 0, stack_seed: int = 0) -> Path:
-    "`<runs_dir>/<preset>/stack_finetune/<stack run name>/<task>` (`_ft<seed>` for fine-tuning seeds other than 0)."
-    p = get_preset(preset)
-    name = stack_run_name(method, method_stack(p, method), p.stack_layers, stack_seed)
-    return Path(p.runs_dir) / p.name / "stack_finetune" / name / (task if seed == 0 else f"{task}_ft{seed}")
+__all__ = ['KEEP_CHECKPOINTS', 'CheckpointError', 'DiskFullError', 'free_space', 'check_free_space', 'sha256_file',
+           'atomic_write', 'atomic_write_text', 'file_lock', 'save_verified', 'load_verified', 'rng_state',
+           'set_rng_state', 'ConfigMismatchError', 'write_or_check_config', 'read_config', 'MetricsLog', 'json_lines',
+           'read_metrics', 'mark_done', 'is_done', 'read_done', 'step_file', 'save_checkpoint', 'latest_checkpoint',
+           'save_weights', 'sharded_checkpoint_dir', 'model_from_state', 'load_model', 'source_run_dir',
+           'RunInUseError', 'run_lock']
 
 # %% ../nbs/02a_runs.ipynb #e5472125
 class CheckpointError(RuntimeError):

@@ -15,12 +15,13 @@ import torch
 
 from .analysis import isoplot_frame, layer_similarity, layer_update_similarity
 from .config import Preset, PretrainConfig, PrimitiveConfig, from_dict, to_dict
-from .finetune import evaluate_run, finetune_config, finetune_on, run_tokenizer
+from .evaluation import evaluate_run, run_tokenizer
+from .finetune import finetune_on
+from .runspecs import finetune_config, stack_finetune_run_dir, stack_run_dir
 from .tasks import task_name
 from .model import DecoderLM
 from .primitives import PRIMITIVE_TASKS, evaluate_task, finetune_primitives, table6_rows
-from .runs import (atomic_write, is_done, load_model, read_config, read_metrics, source_run_dir,
-                          stack_finetune_run_dir, stack_run_dir)
+from .runs import atomic_write, is_done, load_model, read_config, read_metrics, source_run_dir
 from .stacking import measured_speedup, read_stack_run
 from .jobs import run_parallel
 from .downstream_tables import GROUP_TITLES, calculator_setting, truncated_count

@@ -15,15 +15,15 @@ import pandas as pd
 import torch
 import torch.distributed as dist
 
-from .config import Preset, PretrainConfig, StackConfig, config_diff, from_dict, reserved_ids, to_dict
-from .presets import get_preset, method_stack
+from .config import Preset, PretrainConfig, StackConfig, config_diff, from_dict, to_dict
 from .data import prepare_pretraining
 from .growth import grow
 from .hf import HFCausalLM, build_hf, empty_hf_model, hf_pretrain_config, load_hf_model, save_hf_config
 from .model import DecoderLM
-from .runs import (atomic_write, is_done, json_lines, mark_done, read_config, read_done,
-                          read_metrics, save_weights, stack_run_dir, write_or_check_config)
-from .schedules import speedup, stack_config, stage_depths, stage_schedule
+from .runs import (atomic_write, is_done, json_lines, mark_done, read_config, read_done, read_metrics,
+                          save_weights, write_or_check_config)
+from .runspecs import stack_run
+from .schedules import speedup, stage_depths, stage_schedule
 from .devices import resolve_device
 from .parallel import check_parallel_optimizer, checkpoints_for, init_parallel
 from .optim import make_optimizer
@@ -31,8 +31,8 @@ from .loop import finished_run, job_lock
 from .train import pretrain
 
 # %% auto #0
-__all__ = ['Stage', 'stack_stages', 'stage_config', 'grow_state', 'stage_state', 'stack_record', 'stack_train',
-           'stack_pretrain_config', 'stack_job', 'read_stack_run', 'measured_speedup']
+__all__ = ['Stage', 'stack_stages', 'stage_config', 'grow_state', 'stage_state', 'stack_record', 'stack_train', 'stack_job',
+           'read_stack_run', 'measured_speedup']
 
 # %% ../nbs/06b_stacking.ipynb #09bc05bc
 @dataclass(frozen=True)
@@ -208,22 +208,11 @@ def _stack_train(config: PretrainConfig, stack: StackConfig, run_dir: Path, info
     return model.train()
 
 # %% ../nbs/06b_stacking.ipynb #28d7375b
-def stack_pretrain_config(preset: Preset | str, seed: int = 0, looped: bool = False) -> PretrainConfig:
-    "The final model's `PretrainConfig` of a preset's stacking study (baseline widths; `looped`: shared layers)."
-    p = get_preset(preset)
-    pc = p.pretrain
-    model = replace(stack_config(p.stack_size_class, p.stack_layers, pc.model),
-                    n_vocab=pc.data.vocab_size + reserved_ids(pc.objective),
-                    share_layers=looped)
-    return replace(pc, model=model, seed=seed, device=pc.device if pc.device != "auto" else p.device)
-
-
 def stack_job(preset: Preset | str, method: str, seed: int = 0) -> str:
     "Train (or find finished) one run of a preset's stacking study; returns its run directory."
-    run_dir = stack_run_dir(preset, method, seed)
-    stack_train(stack_pretrain_config(preset, seed, looped=method == "looped"), method_stack(preset, method), run_dir,
-                progress=False, log=_quiet)
-    return str(run_dir)
+    spec = stack_run(preset, method, seed)
+    stack_train(spec.config, spec.stack, spec.run_dir, progress=False, log=_quiet)
+    return str(spec.run_dir)
 
 # %% ../nbs/06b_stacking.ipynb #28ed67d6
 def read_stack_run(run_dir: Path | str) -> tuple[PretrainConfig, StackConfig, pd.DataFrame]:

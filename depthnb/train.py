@@ -7,20 +7,17 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 
 import torch
 import torch.nn as nn
 
-from .config import Preset, PretrainConfig, config_diff, reserved_ids, to_dict
-from .presets import get_preset, preset_size_class
+from .config import Preset, PretrainConfig, config_diff, to_dict
 from .devices import (DistInfo, all_reduce_sum, autocast, configure_backends, maybe_compile, mfu,
                              peak_flops, resolve_device)
 from .model import DecoderLM
 from .optim import make_optimizer
-from .solver import model_config
-from .runs import pretrain_run_dir
+from .runspecs import family_run
 from .parallel import check_parallel_optimizer, checkpoints_for, init_parallel, prepare_training
 from .loop import LoopHooks, LoopSchedule, Window, finished_run, job_lock, train_loop
 from .schedules import snapshot_steps
@@ -29,7 +26,7 @@ from .ul2 import UL2
 
 
 # %% auto #0
-__all__ = ['lm_loss', 'pretrain_hooks', 'pretrain_record', 'pretrain_schedule', 'pretrain', 'pretrain_config', 'pretrain_job']
+__all__ = ['lm_loss', 'pretrain_hooks', 'pretrain_record', 'pretrain_schedule', 'pretrain', 'pretrain_job']
 
 # %% ../nbs/05_train.ipynb #2c57c7e3
 @torch.no_grad()
@@ -162,19 +159,9 @@ def _pretrain(config: PretrainConfig, run_dir: Path, info: DistInfo, init_model,
                       config=to_dict(config), grad_clip=config.grad_clip, precision=precision, info=info,
                       progress=progress, say=say)
 
-# %% ../nbs/05_train.ipynb #5e11cede
-def pretrain_config(preset: Preset | str, size_class, n_layers: int, seed: int = 0) -> PretrainConfig:
-    "The `PretrainConfig` of the `n_layers`-deep model of `size_class` in `preset`, with `seed`."
-    p = get_preset(preset)
-    pc = p.pretrain
-    model = replace(model_config(preset_size_class(p, size_class), n_layers, base=pc.model),
-                    n_vocab=pc.data.vocab_size + reserved_ids(pc.objective))  # UL2: its mode tokens and sentinels
-    return replace(pc, model=model, seed=seed, device=pc.device if pc.device != "auto" else p.device)
-
-
 # %% ../nbs/05_train.ipynb #287b257f
 def pretrain_job(preset: Preset | str, size_class, n_layers: int, seed: int) -> str:
     "Pretrain (or find finished) one model of a preset's sweep; returns its run directory."
-    run_dir = pretrain_run_dir(preset, size_class, n_layers, seed)
-    pretrain(pretrain_config(preset, size_class, n_layers, seed), run_dir, progress=False, log=lambda *a: None)
-    return str(run_dir)
+    spec = family_run(preset, size_class, n_layers, seed)
+    pretrain(spec.config, spec.run_dir, progress=False, log=lambda *a: None)
+    return str(spec.run_dir)

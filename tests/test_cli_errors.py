@@ -80,7 +80,8 @@ def test_sharded_command_refused_on_every_rank(case, tmp_path):
     import re
     from depthnb.config import override
     from depthnb.presets import PRESETS
-    from depthnb.runs import run_lock, stack_run_dir
+    from depthnb.runs import run_lock
+    from depthnb.runspecs import stack_run_dir
 
     run_dir = stack_run_dir(override(PRESETS["saunshi_tiny"], runs_dir=str(tmp_path)), "baseline", 0)
     if case == "run in use":

@@ -13,13 +13,11 @@ from depthnb.devices import PEAK_FLOPS
 from depthnb.model import DecoderLM
 from depthnb.optim import make_optimizer
 from depthnb.cmd_plan import cli_plan
-from depthnb.tools.plan import (GPUS, USABLE_MEMORY, GiB, activation_bytes, family_model, format_plan, family_runs,
-                          matmul_params, measured_mfu, memory_per_gpu, n_params, optimizer_state_bytes, plan_table,
-                          stack_model, study_runs)
+from depthnb.tools.plan import (GPUS, USABLE_MEMORY, GiB, activation_bytes, format_plan, family_runs, matmul_params,
+                                measured_mfu, memory_per_gpu, n_params, optimizer_state_bytes, plan_table, study_runs)
 from depthnb.schedules import SAUNSHI_MODELS, TABLE1_SPEEDUPS, speedup
 from depthnb.solver import layer_params, model_config, model_params
-from depthnb.stacking import stack_pretrain_config
-from depthnb.train import pretrain_config
+from depthnb.runspecs import pretrain_config, stack_pretrain_config
 
 SMALL = dict(d_model=32, d_attn=48, n_heads=4, d_ff=72, n_layers=2, n_vocab=300, n_ctx=40)  # no two shapes alike
 
@@ -71,11 +69,13 @@ def test_planned_models_are_the_trainers(preset):
     for run in family_runs(p):
         sc, n = run.label.split(" L=")
         assert run.model == pretrain_config(p, sc, int(n)).model
-    for looped in (False, True):
-        assert stack_model(p, looped) == stack_pretrain_config(p, looped=looped).model
+    if preset not in STACK_STUDIES:
+        for run in study_runs(p):
+            assert run.model == stack_pretrain_config(p, looped=run.label == "looped").model
     label, changes = STACK_STUDIES["saunshi"][-1]
     q = override(PRESETS["saunshi"], **changes)
-    assert stack_model(q) == stack_pretrain_config(q).model and stack_model(q).n_layers == 72
+    planned = {r.label: r for r in study_runs("saunshi")}[label].model
+    assert planned == stack_pretrain_config(q).model and planned.n_layers == 72
 
 
 @pytest.mark.parametrize("changes", [{}, {"pos_emb": "rope"}, {"share_layers": True, "n_layers": 3}])
@@ -128,7 +128,7 @@ def test_saunshi_8b_needs_fsdp():
         assert t.loc[run, "ddp_GiB"] > usable and t.loc[run, "ddp+ckpt_GiB"] > usable
         assert t.loc[run, "fsdp_GiB"] <= usable and t.loc[run, "fits"] == "fsdp"
     assert (t.loc[[r for r in t.index if not r.startswith("8B")], "fits"] == "ddp").all()
-    cfg = stack_model(override(PRESETS["saunshi"], **STACK_STUDIES["saunshi"][-1][1]))
+    cfg = stack_pretrain_config(override(PRESETS["saunshi"], **STACK_STUDIES["saunshi"][-1][1])).model
     one_gpu = memory_per_gpu(cfg, "adafactor", 1, gpus=1, checkpoint=True)
     assert sum(one_gpu.values()) > usable * GiB  # even alone (no DDP buckets), at one sequence, checkpointed
     assert one_gpu["weights"] + one_gpu["gradients"] + one_gpu["bf16_weights"] > usable * GiB

@@ -15,9 +15,10 @@ import pytest
 from depthnb.config import LLAMA_MIXTURE, DataConfig, override
 from depthnb.data import mixture_cache, prepare_pretraining, train_texts
 from depthnb.mixture import read_mixture
-from depthnb.tools.plan import plan_table, stack_model
+from depthnb.tools.plan import plan_table, study_runs
 from depthnb.presets import PRESETS, STACK_STUDIES
-from depthnb.stacking import stack_pretrain_config, stack_train
+from depthnb.stacking import stack_train
+from depthnb.runspecs import stack_pretrain_config
 from depthnb.presets import method_stack
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -28,7 +29,7 @@ def test_saunshi_preset_is_saunshis_setup():
     assert (p.pretrain.objective, p.pretrain.data.corpus, p.pretrain.data.mixture) == ("ul2", "mixture", LLAMA_MIXTURE)
     assert p.pretrain.data.stand_ins == {}  # online: every source from its hub dataset
     assert (p.pretrain.data.vocab_size, stack_pretrain_config(p).model.n_vocab) == (32000, 32128)
-    assert stack_model(p).n_vocab == 32128  # the planner sizes the same model
+    assert {r.model.n_vocab for r in study_runs(p)} == {32128}  # the planner sizes the same model
 
 
 def test_saunshi_rows_shard_where_ddp_does_not_fit():

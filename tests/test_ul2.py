@@ -16,7 +16,8 @@ from depthnb.inference import KVCache  # noqa: E402
 from depthnb.model import CAUSAL, DecoderLM, PrefixMask, flex_mask, layer_mask  # noqa: E402
 from depthnb.runs import load_model  # noqa: E402
 from depthnb.cmd_pretrain import cli_pretrain  # noqa: E402
-from depthnb.train import pretrain, pretrain_config, pretrain_hooks  # noqa: E402
+from depthnb.train import pretrain, pretrain_hooks  # noqa: E402
+from depthnb.runspecs import pretrain_config  # noqa: E402
 from depthnb.config import UL2_RESERVED_IDS, reserved_ids  # noqa: E402
 from depthnb.ul2 import MODES, UL2  # noqa: E402
 

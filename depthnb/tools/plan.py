@@ -13,17 +13,16 @@ from typing import NamedTuple
 
 import pandas as pd
 
-from ..config import BAND_IMPLS, STACK_RUNS, ModelConfig, Preset, override, reserved_ids
-from ..presets import (STACK_STUDIES, get_preset, method_stack, preset_depths, preset_size_class, repo_root, resolve_size_class)
-from ..schedules import stack_config, stage_depths, stage_schedule
-from ..solver import flops_per_token, layer_params, model_config
+from ..config import BAND_IMPLS, STACK_RUNS, ModelConfig, Preset, override
+from ..presets import STACK_STUDIES, get_preset, preset_depths, repo_root, resolve_size_class
+from ..solver import flops_per_token, layer_params
+from ..runspecs import RunSpec, family_run, stack_run
 
 # %% auto #0
 __all__ = ['OPTIMIZER_STATE', 'GPUS', 'USABLE_MEMORY', 'ASSUMED_MFU', 'GiB', 'param_shapes', 'n_params', 'matmul_params',
            'optimizer_state_bytes', 'layer_activation_bytes', 'head_activation_bytes', 'position_activation_bytes',
            'activation_bytes', 'GPU', 'fsdp_gathered_bytes', 'memory_per_gpu', 'BatchSplitError', 'PlannedRun',
-           'family_model', 'stack_model', 'family_runs', 'study_runs', 'measured_mfu', 'run_mfu', 'plan_table',
-           'memory_table', 'format_plan']
+           'family_runs', 'study_runs', 'measured_mfu', 'run_mfu', 'plan_table', 'memory_table', 'format_plan']
 
 # %% ../../nbs/90_plan.ipynb #733bf4e5
 def param_shapes(cfg: ModelConfig) -> list[tuple[int, ...]]:
@@ -179,44 +178,25 @@ class PlannedRun:
         return micro
 
 # %% ../../nbs/90_plan.ipynb #7027159f
-def family_model(preset: Preset, size_class, n_layers: int) -> ModelConfig:
-    "The model `train.pretrain_config` trains for one depth of a preset's family."
-    pc = preset.pretrain
-    return replace(model_config(preset_size_class(preset, size_class), n_layers, base=pc.model),
-                   n_vocab=pc.data.vocab_size + reserved_ids(pc.objective))
-
-
-def stack_model(preset: Preset, looped: bool = False) -> ModelConfig:
-    "The final model `stacking.stack_pretrain_config` trains in a preset's stacking study."
-    pc = preset.pretrain
-    return replace(stack_config(preset.stack_size_class, preset.stack_layers, pc.model), n_vocab=pc.data.vocab_size + reserved_ids(pc.objective),
-                   share_layers=looped)
+def _planned_run(section: str, label: str, spec: RunSpec, seeds: int) -> PlannedRun:
+    c = spec.config
+    return PlannedRun(section, label, c.model, spec.stages, c.batch_size, c.micro_batch_size, c.optimizer, seeds,
+                      c.parallel, spec.size_class)
 
 
 def family_runs(preset: Preset | str) -> list[PlannedRun]:
     "The pretraining runs of a preset's depth families (Petty et al.): one per size class and depth."
     p = get_preset(preset)
-    pc = p.pretrain
-    runs = []
-    for sc in map(resolve_size_class, p.size_classes):
-        for n in preset_depths(p, sc):
-            runs.append(PlannedRun("depth family", f"{sc.name} L={n}", family_model(p, sc, n), ((n, pc.steps),),
-                                   pc.batch_size, pc.micro_batch_size, pc.optimizer, len(p.seeds), pc.parallel, sc.name))
-    return runs
+    return [_planned_run("depth family", f"{sc.name} L={n}", family_run(p, sc, n), len(p.seeds))
+            for sc in map(resolve_size_class, p.size_classes) for n in preset_depths(p, sc)]
 
 
 def _study_run(p: Preset, label: str, method: str) -> PlannedRun | None:
-    looped = method == "looped"
-    model = stack_model(p, looped)
-    stack = method_stack(p, method)
     try:
-        depths = stage_depths(model.n_layers, stack.block_size, stack.method)
+        spec = stack_run(p, method)
     except ValueError:  # e.g. progressive stacking where n_layers / block_size is not a power of 2
         return None
-    steps = stage_schedule(p.pretrain.steps, len(depths), stack.alpha, stack.schedule)
-    pc = p.pretrain
-    return PlannedRun("stacking study", label, model, tuple(zip(depths, steps)), pc.batch_size, pc.micro_batch_size,
-                      pc.optimizer, 1, pc.parallel, resolve_size_class(p.stack_size_class).name)
+    return _planned_run("stacking study", label, spec, 1)
 
 
 def study_runs(preset: Preset | str) -> list[PlannedRun]:
