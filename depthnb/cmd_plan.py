@@ -6,7 +6,8 @@
 from __future__ import annotations
 
 from .commands import CommandParser, UsageError, preset_from_args
-from .tools.plan import ASSUMED_MFU, GPUS, BatchSplitError, format_plan
+from .config import BatchSplitError
+from .tools.plan import ASSUMED_MFU, GPUS, format_plan
 
 # %% auto #0
 __all__ = ['cli_plan']

@@ -14,9 +14,9 @@ from typing import Any
 
 # %% auto #0
 __all__ = ['BAND_IMPLS', 'LLAMA_MIXTURE', 'UL2_RESERVED_IDS', 'STACK_METHODS', 'STACK_RUNS', 'ModelConfig', 'check_choice',
-           'check_range', 'DataConfig', 'PretrainConfig', 'reserved_ids', 'FinetuneConfig', 'check_block_size',
-           'StackConfig', 'PrimitiveConfig', 'SizeClass', 'Preset', 'field_names', 'parse_value', 'override', 'to_dict',
-           'from_dict', 'config_diff']
+           'check_range', 'DataConfig', 'PretrainConfig', 'reserved_ids', 'BatchSplitError', 'split_batch',
+           'FinetuneConfig', 'check_block_size', 'StackConfig', 'PrimitiveConfig', 'SizeClass', 'Preset', 'field_names',
+           'parse_value', 'override', 'to_dict', 'from_dict', 'config_diff']
 
 # %% ../nbs/00_config.ipynb #d3b67e83
 # band attention (nbs/02g_band.ipynb) with the fused kernel named after "band-"; on the CPU, SDPA's CPU kernel
@@ -138,6 +138,23 @@ UL2_RESERVED_IDS = 128  # ids above the tokenizer's vocabulary: UL2's three mode
 def reserved_ids(objective: str) -> int:
     "Ids a model needs above its tokenizer's vocabulary for `objective` (`PretrainConfig.objective`)."
     return UL2_RESERVED_IDS if objective == "ul2" else 0
+
+# %% ../nbs/00_config.ipynb #ee2c3fb2
+class BatchSplitError(ValueError):
+    "A global batch that the ranks, or its micro-batches, cannot split evenly."
+
+
+def split_batch(batch_size: int, micro_batch_size: int, world: int) -> int:
+    "Sequences per forward pass on each of `world` ranks (`PretrainConfig.micro_batch_size`; 0: the rank's share)."
+    if batch_size % world:
+        raise BatchSplitError(f"a batch of {batch_size} sequences (PretrainConfig.batch_size) does not split "
+                              f"evenly over {world} ranks")
+    per_rank = batch_size // world
+    micro = micro_batch_size or per_rank
+    if per_rank % micro:
+        raise BatchSplitError(f"micro-batches of {micro} (PretrainConfig.micro_batch_size) do not divide the "
+                              f"{per_rank} sequences per rank ({batch_size} over {world} ranks)")
+    return micro
 
 # %% ../nbs/00_config.ipynb #fe28201d
 @dataclass

@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 
-from .config import Preset, PretrainConfig, config_diff, to_dict
+from .config import Preset, PretrainConfig, config_diff, split_batch, to_dict
 from .devices import (DistInfo, all_reduce_sum, autocast, configure_backends, maybe_compile, mfu,
                              peak_flops, resolve_device)
 from .model import DecoderLM
@@ -61,21 +61,10 @@ def _initial_model(config: PretrainConfig, init_model: DecoderLM | None) -> Deco
     return init_model
 
 
-def _micro_batch_size(config: PretrainConfig, world: int) -> int:
-    if config.batch_size % world:
-        raise ValueError(f"PretrainConfig.batch_size={config.batch_size} is not divisible by the {world} ranks")
-    per_rank = config.batch_size // world
-    micro = config.micro_batch_size or per_rank
-    if per_rank % micro:
-        raise ValueError(f"PretrainConfig.micro_batch_size={micro} does not divide the per-rank batch {per_rank} "
-                         f"(batch_size={config.batch_size} over {world} ranks)")
-    return micro
-
-
 def pretrain_hooks(config: PretrainConfig, data, device: torch.device, precision=contextlib.nullcontext,
                    info: DistInfo = DistInfo()) -> LoopHooks:
     "Pretraining's batches, held-out evaluation, `train` records and model wrapping (`data`: a `PretrainingData`)."
-    micro = _micro_batch_size(config, info.world)
+    micro = split_batch(config.batch_size, config.micro_batch_size, info.world)
     tokens_per_step, peak = config.batch_size * config.model.n_ctx, peak_flops(device)
     ul2 = UL2(config.data.vocab_size, config.seed, n_vocab=config.model.n_vocab) if config.objective == "ul2" else None
 

@@ -13,7 +13,7 @@ from typing import NamedTuple
 
 import pandas as pd
 
-from ..config import BAND_IMPLS, STACK_RUNS, ModelConfig, Preset, override
+from ..config import BAND_IMPLS, STACK_RUNS, BatchSplitError, ModelConfig, Preset, override, split_batch
 from ..presets import STACK_STUDIES, get_preset, preset_depths, repo_root, resolve_size_class
 from ..solver import flops_per_token, layer_params
 from ..runspecs import RunSpec, family_run, stack_run
@@ -21,8 +21,8 @@ from ..runspecs import RunSpec, family_run, stack_run
 # %% auto #0
 __all__ = ['OPTIMIZER_STATE', 'GPUS', 'USABLE_MEMORY', 'ASSUMED_MFU', 'GiB', 'param_shapes', 'n_params', 'matmul_params',
            'optimizer_state_bytes', 'layer_activation_bytes', 'head_activation_bytes', 'position_activation_bytes',
-           'activation_bytes', 'GPU', 'fsdp_gathered_bytes', 'memory_per_gpu', 'BatchSplitError', 'PlannedRun',
-           'family_runs', 'study_runs', 'measured_mfu', 'run_mfu', 'plan_table', 'memory_table', 'format_plan']
+           'activation_bytes', 'GPU', 'fsdp_gathered_bytes', 'memory_per_gpu', 'PlannedRun', 'family_runs',
+           'study_runs', 'measured_mfu', 'run_mfu', 'plan_table', 'memory_table', 'format_plan']
 
 # %% ../../nbs/90_plan.ipynb #733bf4e5
 def param_shapes(cfg: ModelConfig) -> list[tuple[int, ...]]:
@@ -136,10 +136,6 @@ def memory_per_gpu(cfg: ModelConfig, optimizer: str, micro_batch: int, gpus: int
     return {k: int(v) for k, v in parts.items()}
 
 # %% ../../nbs/90_plan.ipynb #27dea221
-class BatchSplitError(ValueError):
-    "A run's batch that the trainer could not split over the given GPUs (or into its micro-batches)."
-
-
 @dataclass(frozen=True)
 class PlannedRun:
     "One pretraining run of a preset: its final model and its stages (a baseline is one stage)."
@@ -166,16 +162,11 @@ class PlannedRun:
                    for depth, steps in self.stages)
 
     def micro_batch(self, gpus: int) -> int:
-        "Sequences per forward pass on each of `gpus` GPUs; `BatchSplitError` where the trainer could not split the batch."
-        if self.batch_size % gpus:
-            raise BatchSplitError(f"run {self.label!r} has a batch of {self.batch_size} sequences, which "
-                                  f"{gpus} GPUs cannot split evenly")
-        per_gpu = self.batch_size // gpus
-        micro = self.micro_batch_size or per_gpu
-        if per_gpu % micro:
-            raise BatchSplitError(f"run {self.label!r} has {per_gpu} sequences per GPU, which micro-batches of "
-                                  f"{micro} (pretrain.micro_batch_size) do not divide")
-        return micro
+        "Sequences per forward pass on each of `gpus` GPUs; `config.BatchSplitError` where the trainer could not split the batch."
+        try:
+            return split_batch(self.batch_size, self.micro_batch_size, gpus)
+        except BatchSplitError as e:
+            raise BatchSplitError(f"run {self.label!r}: {e}") from None
 
 # %% ../../nbs/90_plan.ipynb #7027159f
 def _planned_run(section: str, label: str, spec: RunSpec, seeds: int) -> PlannedRun:
