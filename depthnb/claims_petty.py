@@ -267,7 +267,7 @@ def claim_saturation(acc: pd.DataFrame) -> tuple[str, str]:
         if task not in SATURATING_TASKS:
             parts.append(f"{label}: the paper names no threshold for this task (left out)")
             continue
-        if at_floor(g) or (e := depth_effect(g, task))["verdict"] != "holds":
+        if at_floor(g) or depth_effect(g, task)["verdict"] != "holds":
             verdicts.append("not testable")
             parts.append(f"{label}: no established gain with depth to saturate")
             continue

@@ -18,7 +18,7 @@ import sys
 import time
 import urllib.parse
 import xml.etree.ElementTree as ET
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import datasets
@@ -29,8 +29,7 @@ from lm_eval.evaluator import evaluate
 from lm_eval.tasks import TaskManager
 from lm_eval.tasks._yaml_loader import load_yaml
 
-from .presets import get_preset
-from .downstream import DepthnbLM, calculator_edit, format_number, safe_eval, CalculatorError
+from .downstream import DepthnbLM, format_number, safe_eval, CalculatorError
 from .finetune import finetune, run_tokenizer
 from .runspecs import finetune_config
 from .primitives import PRIMITIVE_TASKS, few_shot, holdout_set, score_primitive, get_task

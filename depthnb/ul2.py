@@ -12,7 +12,7 @@ import numpy as np
 import torch
 from fastcore.basics import patch
 
-from .config import UL2_RESERVED_IDS, check_range, reserved_ids
+from .config import UL2_RESERVED_IDS, check_range
 from .data import PAD_ID, Tokenizer
 
 # %% auto #0
