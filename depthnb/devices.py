@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 import warnings
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 import torch.distributed as dist
@@ -18,8 +20,8 @@ from .solver import flops_per_token
 
 
 # %% auto #0
-__all__ = ['PEAK_FLOPS', 'resolve_device', 'autocast', 'configure_backends', 'maybe_compile', 'peak_flops', 'mfu', 'DistInfo',
-           'init_distributed', 'all_reduce_sum']
+__all__ = ['PEAK_FLOPS', 'resolve_device', 'autocast', 'configure_backends', 'maybe_compile', 'peak_flops', 'mfu', 'sync_device',
+           'timed_segment', 'DistInfo', 'init_distributed', 'all_reduce_sum']
 
 # %% ../nbs/02c_devices.ipynb #f43354f1
 def resolve_device(spec: str = "auto", local_rank: int = 0) -> torch.device:
@@ -94,6 +96,27 @@ def mfu(tokens_per_s: float, model_cfg, n_ctx: int, peak: float | None, world: i
     if peak is None:
         return None
     return tokens_per_s * flops_per_token(model_cfg, n_ctx).train / (peak * world)
+
+# %% ../nbs/02c_devices.ipynb #d3586b8e
+def sync_device(device: torch.device) -> None:
+    "Wait until the work queued on a CUDA `device` has finished, so a clock reads finished work (no-op elsewhere)."
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def timed_segment(fn: Callable[[], object], n: int, device: torch.device, own_bytes: int = 0) -> tuple[float, int | None]:
+    "Seconds for `n` calls of `fn` and, on CUDA, the segment's peak memory attributable to it (bytes)."
+    sync_device(device)
+    if device.type == "cuda":
+        base = torch.cuda.memory_allocated(device)
+        torch.cuda.reset_peak_memory_stats(device)
+    t0 = time.perf_counter()
+    for _ in range(n):
+        fn()
+    sync_device(device)
+    seconds = time.perf_counter() - t0
+    peak = torch.cuda.max_memory_allocated(device) - base + own_bytes if device.type == "cuda" else None
+    return seconds, peak
 
 # %% ../nbs/02c_devices.ipynb #fdd5a89d
 @dataclass(frozen=True)

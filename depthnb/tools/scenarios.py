@@ -5,7 +5,6 @@
 # %% ../../nbs/91c_scenarios.ipynb #952bcb76
 from __future__ import annotations
 
-import functools
 import statistics
 import tempfile
 import time
@@ -18,10 +17,10 @@ import torch
 import torch.nn as nn
 
 from ..config import BAND_IMPLS, ModelConfig, PretrainConfig, StackConfig
-from ..presets import CPU_CLASS, SIZE_CLASSES, TINY_CLASS, resolve_size_class
+from ..presets import CPU_CLASS, SIZE_CLASSES, TINY_CLASS
 from ..model import DecoderLM
 from ..solver import model_config
-from ..devices import autocast, configure_backends, maybe_compile, resolve_device
+from ..devices import autocast, configure_backends, sync_device, timed_segment
 from ..optim import make_optimizer, train_step
 from ..runs import read_metrics
 from ..data import load_tokenizer
@@ -29,14 +28,14 @@ from ..tasks import load_task
 from ..schedules import speedup, stack_config
 from ..stacking import stack_train
 from .reference import ReferenceLM
-from .timing import alternate, sync_device, tensor_bytes, timed_segment
+from .timing import alternate, tensor_bytes
 
 # %% auto #0
 __all__ = ['ATTN_VARIANTS', 'PRESET_CLASSES', 'CPU_COMPILE_MIN_STEPS', 'PAPER_BATCH', 'BenchConfig', 'bench_model_config',
            'contender_names', 'random_batches', 'TrainContender', 'make_train_contender', 'guarded', 'bench_training',
            'decode_setup', 'bench_decoding', 'profile_ops', 'paper_batch', 'memory_check', 'cogs_lengths',
            'cogs_batches', 'cogs_decode_batch', 'bench_cogs', 'RandomTokens', 'bench_pretrain_config', 'stagewise_run',
-           'bench_midas', 'step_latency']
+           'bench_midas']
 
 # %% ../../nbs/91c_scenarios.ipynb #4c8503d3
 ATTN_VARIANTS = {  # name: (ModelConfig.attn_impl, bias table trained?)
@@ -434,31 +433,3 @@ def bench_midas(bc: BenchConfig, block_size: int, total_steps: int, alpha: float
         steady = base[0]["steady_step_s"] * total_steps / sum(st["steady_step_s"] * st["steps"] for st in stages)
         out.update(steady_speedup=steady, steady_efficiency=steady / flop)
     return {**out, "baseline_first_step_s": base[0]["first_step_s"], "stages": stages}
-
-# %% ../../nbs/91c_scenarios.ipynb #b7a4b8d4
-def step_latency(size_class, depths=None, *, base: PretrainConfig | None = None, batch_size: int | None = None,
-                 device: str = "auto", warmup: int = 3, repeats: int = 10, seed: int = 0) -> pd.DataFrame:
-    "Median seconds per training step for each depth of `size_class` (shape options and precision from `base`)."
-    base = base or PretrainConfig()
-    dev = resolve_device(device)
-    configure_backends(dev, base.tf32)
-    batch_size = batch_size or base.micro_batch_size or base.batch_size
-    rows = []
-    for n in depths or resolve_size_class(size_class).depths:
-        cfg = replace(model_config(size_class, n, base=base.model), n_vocab=base.model.n_vocab)
-        torch.manual_seed(seed)
-        model = DecoderLM(cfg).to(dev).train()
-        optimizer = make_optimizer(model, base.optimizer, base.lr, fused=base.fused_optimizer)
-        fwd = maybe_compile(model, base.compile, dev)
-        x = torch.randint(0, cfg.n_vocab, (batch_size, cfg.n_ctx + 1), device=dev)
-        chunks = [(x[:, :-1], x[:, 1:])]
-        step = functools.partial(train_step, fwd, optimizer, chunks, base.grad_clip, lambda: autocast(dev, base.bf16))
-        for _ in range(warmup):
-            timed_segment(step, 1, dev)
-        times = [timed_segment(step, 1, dev)[0] for _ in range(repeats)]
-        sec = statistics.median(times)
-        rows.append(dict(n_layers=n, d_ff=cfg.d_ff, n_params=model.num_params(), seconds=sec,
-                         seconds_min=min(times), seconds_max=max(times), tokens_per_s=batch_size * cfg.n_ctx / sec,
-                         batch_size=batch_size, n_ctx=cfg.n_ctx, device=str(dev)))
-        del model, optimizer, fwd
-    return pd.DataFrame(rows)

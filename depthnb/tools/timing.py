@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import platform
 import subprocess
-import time
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
@@ -18,18 +17,12 @@ import torch
 import torch.nn as nn
 
 import depthnb
-from ..devices import peak_flops
+from ..devices import peak_flops, timed_segment
 
 # %% auto #0
-__all__ = ['sync_device', 'tensor_bytes', 'timed_segment', 'alternate', 'environment']
+__all__ = ['tensor_bytes', 'alternate', 'environment']
 
 # %% ../../nbs/91b_timing.ipynb #e1f4505d
-def sync_device(device: torch.device) -> None:
-    "Wait until the work queued on a CUDA `device` has finished, so a clock reads finished work (no-op elsewhere)."
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def tensor_bytes(*objects) -> int:
     "Bytes held by the tensors of modules (parameters, buffers) and optimizers (state)."
     total = 0
@@ -40,21 +33,6 @@ def tensor_bytes(*objects) -> int:
             total += sum(v.numel() * v.element_size() for s in obj.state.values() for v in s.values()
                          if torch.is_tensor(v))
     return total
-
-
-def timed_segment(fn: Callable[[], object], n: int, device: torch.device, own_bytes: int = 0) -> tuple[float, int | None]:
-    "Seconds for `n` calls of `fn` and, on CUDA, the segment's peak memory attributable to it (bytes)."
-    sync_device(device)
-    if device.type == "cuda":
-        base = torch.cuda.memory_allocated(device)
-        torch.cuda.reset_peak_memory_stats(device)
-    t0 = time.perf_counter()
-    for _ in range(n):
-        fn()
-    sync_device(device)
-    seconds = time.perf_counter() - t0
-    peak = torch.cuda.max_memory_allocated(device) - base + own_bytes if device.type == "cuda" else None
-    return seconds, peak
 
 
 def alternate(contenders: dict[str, Callable[[], object]], n: int, rounds: int, device: torch.device,
