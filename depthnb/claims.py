@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
 import pandas as pd
 
 from .downstream_tables import DOWNSTREAM_CLAIMS
@@ -27,20 +28,22 @@ from .claims_midas import (claim_arithmetic_poor, claim_depth2_at_chance, claim_
                                   claim_table1_speedups, claim_wall_clock)
 
 # %% auto #0
-__all__ = ['SEEDS', 'CONTRAST', 'CLAIMS', 'DOWNSTREAM_RULE', 'FigureTables', 'Claim', 'check_claim', 'claim_units',
-           'robust_verdict', 'check_robust', 'check_claims']
+__all__ = ['SEEDS', 'CONTRAST', 'CLAIMS', 'DOWNSTREAM_RULE', 'MIN_REDRAW_SEEDS', 'FigureTables', 'Claim', 'check_claim',
+           'claim_units', 'robust_verdict', 'check_robust', 'check_claims', 'decision_rates', 'fragile_units',
+           'more_seeds']
 
 # %% ../nbs/08a_claims.ipynb #267f9908
 class FigureTables:
     """The tables of one preset's figures folder, read on demand, and the preset facts the claims need. A subset
     (`subset`) reads the same tables with seeds left out, one part kept or one task kept; `read` records the tables
-    a claim asked for (as stored), so that its robustness can be checked on the seeds, parts and tasks it used."""
+    a claim asked for (as stored, or as drawn by `resampled`), so that its robustness can be checked on the seeds, parts
+    and tasks it used."""
 
     def __init__(self, folder: str | Path, ppl_split: str = "enwiki_valid", control_task: str = "geoquery",
                  primitive_n_eval: int = 100):
         self.folder, self.ppl_split = Path(folder), ppl_split
         self.control_task, self.primitive_n_eval = control_task, primitive_n_eval
-        self.drop_seeds, self.part, self.task = frozenset(), None, None
+        self.drop_seeds, self.part, self.task, self.draw = frozenset(), None, None, None
         self.read: dict[str, pd.DataFrame] = {}
         self._cache: dict[str, pd.DataFrame] = {}
 
@@ -48,6 +51,13 @@ class FigureTables:
         "The same tables without `drop_seeds`, with only `part`'s rows and only `task`'s rows (of per-seed tables)."
         sub = copy(self)
         sub.drop_seeds, sub.part, sub.task, sub.read = frozenset(drop_seeds), part, task, {}
+        return sub
+
+    def resampled(self, draw) -> "FigureTables":
+        """The same tables as if the pretraining seeds had been `draw` (seeds of the stored tables, repeats allowed):
+        each drawn seed's per-seed rows, renumbered 0, 1, … in draw order, so a repeat counts as a seed of its own."""
+        sub = self.subset(self.drop_seeds, self.part, self.task)
+        sub.draw = tuple(draw)
         return sub
 
     def _stored(self, stem: str) -> pd.DataFrame:
@@ -67,7 +77,10 @@ class FigureTables:
 
     def __call__(self, stem: str) -> pd.DataFrame:
         "The table `stem` (a `*` pattern: the per-size-class tables, concatenated with a size_class column)."
-        t = self.read[stem] = self._stored(stem)
+        t = self._stored(stem)
+        if self.draw is not None and "seed" in t:
+            t = pd.concat([t[t.seed == s].assign(seed=i) for i, s in enumerate(self.draw)], ignore_index=True)
+        self.read[stem] = t
         if "seed" in t:  # only per-seed tables are subset: the seed is the unit the subsets leave out
             keep = ~t.seed.isin(self.drop_seeds)
             if self.part is not None and "part" in t:
@@ -252,3 +265,58 @@ def check_claims(tables: FigureTables, claims: list[Claim] = CLAIMS) -> pd.DataF
         rows.append(dict(paper=c.paper, where=c.where, claim=c.claim, evidence=f"{evidence} Rule: {c.rule}.",
                          verdict=verdict, stability=stability, rule=c.rule))
     return pd.DataFrame(rows)
+
+# %% ../nbs/08a_claims.ipynb #6223c1f0
+def decision_rates(claim: Claim, tables: FigureTables, n_seeds: int, task: str | None = None, draws: int = 400,
+                   seed: int = 0) -> pd.Series:
+    """Share of each robust verdict of `claim` (on `task` alone, if given) over `draws` draws of `n_seeds` pretraining
+    seeds, with repeats, from the seeds it reads in `tables`."""
+    probe = tables.subset(task=task)
+    check_claim(claim, probe)
+    seeds, _, _ = claim_units(probe.read)
+    if not seeds:
+        raise ValueError(f"{claim.where} ({claim.claim}) reads no per-seed table: there are no seeds to redraw")
+    rng = np.random.default_rng(seed)
+    verdicts = []
+    for _ in range(draws):
+        drawn = tables.resampled(rng.choice(seeds, size=n_seeds))
+        verdicts.append(robust_verdict(claim, drawn, check_claim(claim, drawn.subset(task=task))[1], task)[0])
+    return pd.Series(verdicts).value_counts(normalize=True).rename(f"{n_seeds} seeds")
+
+
+def fragile_units(tables: FigureTables, claims: list[Claim] = CLAIMS) -> list[tuple[Claim, str | None, int, int]]:
+    """(claim, task or None, seeds, parts) of every decided verdict that losing one seed overturns, per task where a
+    claim's tables hold several (as `check_robust` judges them)."""
+    found = []
+    for c in claims:
+        probe = tables.subset()
+        if check_claim(c, probe)[1] not in DECIDED:
+            continue
+        seeds, parts, tasks = claim_units(probe.read)
+        for task in tasks if len(tasks) > 1 else [None]:
+            verdict = check_claim(c, tables.subset(task=task))[1]
+            if verdict in DECIDED and robust_verdict(c, tables, verdict, task)[0] == "inconclusive":
+                found.append((c, task, len(seeds), len(parts)))
+    return found
+
+
+MIN_REDRAW_SEEDS = 5  # fewer seeds than this say too little about their spread to be redrawn
+
+
+def more_seeds(tables: FigureTables, claims: list[Claim] = CLAIMS, draws: int = 200, part_seeds: int = 5) -> pd.DataFrame:
+    """For each fragile verdict, `decision_rates` at the seeds there are and with one and two parts more (a part: the
+    seeds of one of the preset's parts, else `part_seeds`); a verdict on fewer than `MIN_REDRAW_SEEDS` seeds gets
+    one row that says so instead."""
+    verdicts = ["holds", "does not hold", "inconclusive", "not testable"]
+    rows = []
+    for c, task, n, parts in fragile_units(tables, claims):
+        row = dict(paper=c.paper, where=c.where, claim=c.claim, task=TASK_NAMES.get(task, task) if task else "")
+        if n < MIN_REDRAW_SEEDS:
+            rows.append(dict(row, seeds=n, added=0, note=f"not redrawn: {n} seeds (at least {MIN_REDRAW_SEEDS})"))
+            continue
+        step = n // parts if parts > 1 else part_seeds
+        for added in (0, step, 2 * step):
+            rates = decision_rates(c, tables, n + added, task, draws)
+            rows.append(dict(row, seeds=n + added, added=added, draws=draws, **{v: rates.get(v, 0.0) for v in verdicts},
+                             note=""))
+    return pd.DataFrame(rows, columns=["paper", "where", "claim", "task", "seeds", "added", "draws", *verdicts, "note"])
