@@ -205,12 +205,24 @@ def hub_unavailable(timeout: float = 2.0) -> str | None:
     return None
 
 
+@functools.lru_cache(maxsize=None)
+def _definition_error(name: str) -> str | None:
+    "Why lm-eval cannot load task `name`'s definition here (a module its YAML's functions live in fails to import)."
+    try:
+        lm_eval_config(name)
+    except ImportError as e:
+        return str(e.__cause__ or e)
+    return None
+
+
 def task_unavailable(name: str) -> str | None:
     "None if task `name` can run now; else one line saying why not."
     task = DOWNSTREAM_TASKS[name]
     if task.base is None and task.loader is None:
         return (f"{task.title}: lm-eval has no {task.title} task and its data are not in the local mirror (QuAC's "
                 "val_v0.2.json is served from S3 only), so no task file whose format could be checked here; not scored")
+    if task.base is not None and (why := _definition_error(name)) is not None:
+        return f"{task.title}: lm-eval {lm_eval.__version__} cannot load its definition with these packages ({why}); not scored"
     if task.loader is not None:
         try:
             for file in task.files:
