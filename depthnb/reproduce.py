@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -105,8 +106,10 @@ def reproduce(preset: str = "tiny", only: list[str] | None = None, seeds: int | 
     parts = reproduce_parts(p, seeds, overrides, runs.parent, figures, log, run=not only) if pooling else {}
     out_dir = runs / "notebooks"
     out_dir.mkdir(parents=True, exist_ok=True)
-    parameters = dict(preset=preset, overrides=overrides or {}, seeds=seeds, runs_dir=str(runs.parent),
-                      figures_dir=str(figures))
+    # papermill runs each notebook in its own folder: the folders it is given are relative to it, so an executed
+    # copy (shown on the docs site) names no absolute path of this machine
+    parameters = dict(preset=preset, overrides=overrides or {}, seeds=seeds,
+                      runs_dir=os.path.relpath(runs.parent, sources), figures_dir=os.path.relpath(figures, sources))
     with run_lock(runs):  # a second `reproduce` of this preset is refused while this one runs
         todo = experiment_order(only or p.experiments or None)
         markers = {e.name: out_dir / f"{e.name}.done.json" for e in EXPERIMENTS}
@@ -122,9 +125,9 @@ def reproduce(preset: str = "tiny", only: list[str] | None = None, seeds: int | 
             log(f"[{i}/{len(todo)}] {exp.name}: {exp.title} ...")
             t0 = time.time()
             try:
-                pm.execute_notebook(str(source), str(target), parameters=parameters, cwd=str(source.parent),
-                                    kernel_name="python3", progress_bar=False, log_output=False,
-                                    extra_arguments=KERNEL_QUIET)
+                pm.execute_notebook(os.path.relpath(source), os.path.relpath(target), parameters=parameters,
+                                    cwd=str(source.parent), kernel_name="python3", progress_bar=False,
+                                    log_output=False, extra_arguments=KERNEL_QUIET)
             except PapermillExecutionError as e:
                 tb = "\n".join(e.traceback) if isinstance(e.traceback, list) else str(e.traceback)
                 raise ExperimentFailed(f"experiment {exp.name!r} failed in cell {e.cell_index} "

@@ -63,7 +63,7 @@ def fake_execute(calls):
     def execute(source, target, parameters, **kw):
         calls.append((parameters["preset"], Path(source).stem))
         p = load_preset(parameters["preset"])
-        folder = Path(parameters["figures_dir"]) / p.name
+        folder = Path(kw["cwd"]) / parameters["figures_dir"] / p.name
         folder.mkdir(parents=True, exist_ok=True)
         if not p.parts:
             rng = np.random.default_rng(p.seeds[0])
