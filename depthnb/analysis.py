@@ -236,10 +236,12 @@ def value_at_steps(curve: pd.DataFrame, steps, value: str, how: str = "exact") -
 
 
 def select_first_reaching(evals: pd.DataFrame, snapshots: pd.DataFrame, target: float, value: str = "ppl",
-                          rule: str = "first", how: str = "exact") -> dict:
+                          rule: str = "first", how: str = "exact", tolerance: float | None = None) -> dict:
     "For one run: the first kept snapshot whose `value` is <= `target` (see the rules above) and diagnostics."
-    if rule not in ("first", "nearest"):
-        raise ValueError(f"select_first_reaching: rule={rule!r} is not one of ['first', 'nearest']")
+    if rule not in ("first", "nearest", "within"):
+        raise ValueError(f"select_first_reaching: rule={rule!r} is not one of ['first', 'nearest', 'within']")
+    if (rule == "within") != (tolerance is not None):
+        raise ValueError("select_first_reaching: rule='within' needs a tolerance, and only it takes one")
     evals = _last_per_step(evals[["step", value]].dropna())
     if evals.empty:
         raise ValueError(f"select_first_reaching: the run has no eval records with a {value!r} value")
@@ -255,7 +257,10 @@ def select_first_reaching(evals: pd.DataFrame, snapshots: pd.DataFrame, target: 
     if reached.empty:
         out["status"] = "never_reached"
         return out
-    if rule == "first":
+    band = scored[(scored[value] / target - 1).abs() <= tolerance] if rule == "within" else scored.iloc[:0]
+    if len(band):
+        pick = band.index[0]
+    elif rule in ("first", "within"):
         hits = scored[scored[value] <= target]
         pick = hits.index[0] if len(hits) else None
     else:
@@ -264,7 +269,8 @@ def select_first_reaching(evals: pd.DataFrame, snapshots: pd.DataFrame, target: 
         out["status"] = "no_snapshot"
         return out
     row = scored.loc[pick]
-    out.update(status="matched" if row.step == out["crossing_step"] else "between_snapshots", step=int(row.step),
+    status = "matched" if row.step == out["crossing_step"] else "within_tolerance" if len(band) else "between_snapshots"
+    out.update(status=status, step=int(row.step),
                path=row.path, interpolated=bool(row.interpolated), lag_steps=int(row.step - out["crossing_step"]))
     out[value] = row[value]
     if pick > 0:
@@ -402,15 +408,17 @@ def common_loss_threshold(loss: pd.DataFrame, candidates: pd.DataFrame, run_keys
 
 def equal_loss_selection(loss: pd.DataFrame, candidates: pd.DataFrame, threshold: float,
                          run_keys: Sequence[str] = ("n_layers", "seed"), value: str = "loss",
-                         how: str = "exact") -> pd.DataFrame:
-    """Per run: the first candidate step (a snapshot) whose in-distribution loss is <= threshold, and its accuracy
-    where `candidates` has an `accuracy` column (NaN otherwise: not scored)."""
+                         how: str = "exact", tolerance: float | None = None) -> pd.DataFrame:
+    """Per run: the first candidate step (a snapshot) whose in-distribution loss is <= threshold (with `tolerance`: the
+    first within it of the threshold, rule "within"), and its accuracy where `candidates` has an `accuracy` column (NaN
+    otherwise: not scored)."""
     rows = []
     for key, run in _run_groups(loss, run_keys):
         key = dict(zip(run_keys, key if isinstance(key, tuple) else (key,)))
         acc = candidates.merge(pd.DataFrame([key]), on=list(run_keys))
         cand = acc[["step"]].drop_duplicates().assign(path=None)
-        res = select_first_reaching(run, cand, threshold, value, "first", how)
+        res = select_first_reaching(run, cand, threshold, value, "first" if tolerance is None else "within", how,
+                                    tolerance)
         hit = acc[acc.step == res["step"]]
         rows.append(dict(**key, threshold=threshold, **res,
                          accuracy=hit.accuracy.mean() if len(hit) and "accuracy" in hit else np.nan))
