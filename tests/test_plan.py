@@ -177,8 +177,10 @@ def test_cli_plan_prints_the_plan(capsys):
     (["--gpus", "x"], "argument --gpus: invalid int value: 'x'"),
     (["--gpu", "v100"], "--gpu v100: unknown GPU kind; kinds: h100, h200, a100"),
     (["--mfu", "1.5"], "--mfu 1.5: out of range"),
-    (["--preset", "saunshi", "--gpus", "3"], "run '1B L=24' has a batch of 512 sequences, which 3 GPUs cannot split"),
-    (["--preset", "saunshi", "--gpus", "512"], "1 sequences per GPU, which micro-batches of 2"),
+    (["--preset", "saunshi", "--gpus", "3"], "run '1B L=24': a batch of 512 sequences (PretrainConfig.batch_size) "
+                                              "does not split evenly over 3 ranks"),
+    (["--preset", "saunshi", "--gpus", "512"], "micro-batches of 2 (PretrainConfig.micro_batch_size) do not divide "
+                                                "the 1 sequences per rank"),
     (["--preset", "nope"], "unknown preset 'nope'"),
 ])
 def test_cli_plan_errors_are_one_line(capsys, argv, message):
