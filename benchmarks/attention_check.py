@@ -9,8 +9,9 @@ For each attention variant at the 134M and 374M attention shapes (one layer's ca
 2. its values and the gradients of q, k, v and the bias table in bf16 against an fp32 dense reference on the same
    device (relative error ‖a − b‖ / ‖b‖; a variant is correct when every error is under --tolerance);
 3. forward + backward time per call and its peak memory above the inputs.
-Then `depthnb bench` runs at 134M × 12 (16 × 1024 tokens) and 374M × 24 (the paper batch) for the fastest correct
-band variant against the reference, appending to the results file. The check's own tables are appended there too
+Then `depthnb bench` runs at 134M × 12 (16 × 1024 tokens, with a per-operator profile of a training step) and 374M
+× 24 (the paper batch) for the fastest correct band variant against the reference (`--bench-shapes`: which of the
+two), appending to the results file. The check's own tables are appended there too
 and written as JSON to --out.
 """
 from __future__ import annotations
@@ -40,7 +41,7 @@ BASELINES = ("reference", "sdpa", "sdpa-nobiasgrad", "flex-nobiasgrad")  # the r
 VARIANTS = (*BASELINES, *BAND_IMPLS)
 BENCH = {  # `depthnb bench` flags per shape (as benchmarks/gpu.sh's stages)
     "134M": ["--size-class", "134M", "--layers", "12", "--n-ctx", "1024", "--batch", "16", "--steps", "10",
-             "--rounds", "5"],
+             "--rounds", "5", "--parts", "train,decode,profile"],
     "374M": ["--size-class", "374M", "--layers", "24", "--n-ctx", "1024", "--batch", "16", "--paper-batch",
              "--parts", "train", "--steps", "2", "--warmup", "2", "--rounds", "3"],
 }
@@ -49,7 +50,8 @@ BENCH = {  # `depthnb bench` flags per shape (as benchmarks/gpu.sh's stages)
 FLEX_FALLBACKS = ({"bwd_num_stages": 2},
                   {"bwd_BLOCK_M1": 64, "bwd_BLOCK_N1": 64, "bwd_BLOCK_M2": 64, "bwd_BLOCK_N2": 64, "bwd_num_warps": 4})
 SHRUNK_BENCH = ["--size-class", "tiny", "--layers", "1", "--n-ctx", "32", "--batch", "2", "--steps", "1", "--warmup",
-                "1", "--rounds", "1", "--no-compile", "--parts", "train"]
+                "1", "--rounds", "1", "--no-compile"]
+SHRUNK_PARTS = {"134M": "train,profile", "374M": "train"}  # the parts of BENCH that the rehearsal runs
 
 
 def model_view(size_class: str, impl: str, t: int, device) -> SimpleNamespace:
@@ -225,8 +227,8 @@ def record_check(result: dict, path: Path, best: str | None) -> None:
 def run_bench(best: str, args) -> int:
     "`depthnb bench` at each shape for `best` against the reference, appended to the results file."
     rc = 0
-    for size_class in args.shapes:
-        flags = SHRUNK_BENCH if args.shrink else BENCH[size_class]
+    for size_class in args.bench_shapes:
+        flags = [*SHRUNK_BENCH, "--parts", SHRUNK_PARTS[size_class]] if args.shrink else BENCH[size_class]
         cmd = [sys.executable, "-c", "import sys; from depthnb.cmd_bench import cli_bench; sys.exit(cli_bench(sys.argv[1:]))",
                "--device", args.device, *flags, "--attn-impl", best, "--record", str(args.record),
                "--json", str(Path(args.out) / f"bench_{size_class}.json"), "--note", f"attention check: {best}"]
@@ -240,6 +242,7 @@ def parse_args(argv=None):
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--shapes", default=",".join(SHAPES), help=f"comma-separated, of {list(SIZE_CLASSES)}")
     ap.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated, of {list(VARIANTS)}")
+    ap.add_argument("--bench-shapes", help="comma-separated shapes to run `depthnb bench` at (default: --shapes)")
     ap.add_argument("--shrink", action="store_true", help="256 tokens, batch 1, tiny bench shapes (a CPU rehearsal)")
     ap.add_argument("--tolerance", type=float, default=2e-2, help="largest relative error of a correct variant")
     ap.add_argument("--iters", type=int, default=10, help="timed calls per variant (median)")
@@ -248,7 +251,9 @@ def parse_args(argv=None):
     ap.add_argument("--no-bench", dest="bench", action="store_false", help="skip `depthnb bench`")
     args = ap.parse_args(argv)
     args.shapes, args.variants = args.shapes.split(","), args.variants.split(",")
-    for value, allowed, flag in ((args.shapes, SIZE_CLASSES, "--shapes"), (args.variants, VARIANTS, "--variants")):
+    args.bench_shapes = args.bench_shapes.split(",") if args.bench_shapes else args.shapes
+    for value, allowed, flag in ((args.shapes, SIZE_CLASSES, "--shapes"), (args.variants, VARIANTS, "--variants"),
+                                 (args.bench_shapes, SHAPES, "--bench-shapes")):
         bad = [x for x in value if x not in allowed]
         if bad:
             ap.error(f"{flag}: {bad[0]!r} is not one of {list(allowed)}")

@@ -39,21 +39,23 @@ def band_bias_grad(q, k, v, out, lse, d_out, w: int, scale: float, bias: torch.T
     b, h, t, d = q.shape
     width, w = w, min(w, t)  # distances >= t do not occur: their gradient is 0
     acc = torch.promote_types(q.dtype, torch.float32)  # fp32 temporaries (fp64 stays fp64)
-    pad = w - 1
-    kp, vp = F.pad(k, (0, 0, pad, 0)).to(acc), F.pad(v, (0, 0, pad, 0)).to(acc)
-    delta = (d_out.to(acc) * out.to(acc)).sum(-1)  # Δ_i = rowsum(dO ∘ O)
-    strip = bias[:, :w].to(acc).flip(-1)[None, :, None]  # strip index e is distance w - 1 - e
-    grad = torch.zeros(h, w, dtype=acc, device=q.device)
-    for s in range(0, t, block):
-        n = min(block, t - s)
-        scores = _diagonals(q[:, :, s:s + n].to(acc) @ kp[:, :, s:s + n + pad].transpose(-1, -2), w)
-        dp = _diagonals(d_out[:, :, s:s + n].to(acc) @ vp[:, :, s:s + n + pad].transpose(-1, -2), w)
-        p = torch.exp(scores * scale + strip - lse[:, :, s:s + n, None].to(acc))
-        ds = p * (dp - delta[:, :, s:s + n, None])
-        if s < pad:  # key s + a - pad + e < 0: padding
-            a, e = torch.arange(n, device=q.device)[:, None], torch.arange(w, device=q.device)[None]
-            ds = ds.masked_fill(s + a - pad + e < 0, 0)
-        grad += ds.sum((0, 2))
+    pad, n = w - 1, -(-t // block)
+    tail = n * block - t  # zero queries after the last, so that the blocks tile it
+
+    def blocks(x):  # (b, h, t, ·) -> (b, h, n, block, ·)
+        return F.pad(x, (0, 0, 0, tail)).to(acc).unflatten(2, (n, block))
+
+    def windows(x):  # (b, h, t, d) -> (b, h, n, d, block + pad): each block's keys, zero before position 0
+        return F.pad(x, (0, 0, pad, tail)).to(acc).unfold(2, block + pad, block)
+
+    scores = _diagonals(blocks(q) @ windows(k), w)
+    dp = _diagonals(blocks(d_out) @ windows(v), w)
+    delta = blocks((d_out.to(acc) * out.to(acc)).sum(-1, keepdim=True))  # Δ_i = rowsum(dO ∘ O)
+    lse = F.pad(lse.to(acc), (0, tail)).unflatten(2, (n, block))[..., None]
+    strip = bias[:, :w].to(acc).flip(-1)[None, :, None, None]  # strip index e is distance w - 1 - e
+    ds = torch.exp(scores * scale + strip - lse) * (dp - delta)
+    key = torch.arange(n * block, device=q.device).view(n, block, 1) - pad + torch.arange(w, device=q.device)
+    grad = ds.masked_fill(key < 0, 0).sum((0, 2, 3))  # keys before position 0 are padding
     return F.pad(grad.flip(-1), (0, width - w))
 
 # %% ../nbs/02g_band.ipynb #29636309
@@ -87,9 +89,10 @@ def cudnn_kernel(q, k, v, bias, block_mask=None):
 
 def efficient_kernel(q, k, v, bias, block_mask=None):
     "SDPA's memory-efficient kernel with a detached dense bias and `is_causal`: (out, lse)."
-    t = q.shape[-2]
-    out, lse = torch.ops.aten._scaled_dot_product_efficient_attention(
-        q, k, v, causal_bias(bias, t, q.dtype), True, 0.0, True)[:2]
+    b, h, t, _ = q.shape
+    # the kernel reads a bias of the batch's shape (a broadcast view will do) whose rows start 16-element aligned
+    dense = F.pad(causal_bias(bias, t, q.dtype), (0, -t % 16))[..., :t].expand(b, h, t, t)
+    out, lse = torch.ops.aten._scaled_dot_product_efficient_attention(q, k, v, dense, True, 0.0, True)[:2]
     return out, lse[..., :t]  # the kernel pads its log-sum-exp to a multiple of 32 queries
 
 

@@ -17,7 +17,8 @@ from .tools.bench import format_result, record, run_bench
 from .commands import CommandParser, UsageError, choices
 from .presets import SIZE_CLASSES
 from .tools.scenarios import (ATTN_VARIANTS, CPU_COMPILE_MIN_STEPS, PRESET_CLASSES, BenchConfig, bench_cogs,
-                               bench_midas, cogs_lengths, guarded, memory_check, paper_batch)
+                               bench_midas, cogs_lengths, guarded, memory_check, paper_batch,
+                               profile_ops)
 
 # %% auto #0
 __all__ = ['CPU_DEFAULTS', 'bench_config_from_args', 'recorded_command', 'bench_selection', 'cli_bench']
@@ -49,7 +50,8 @@ def _parser() -> CommandParser:
     for name, kind in (("steps", int), ("warmup", int), ("rounds", int), ("decode-batch", int),
                        ("prompt-len", int), ("new-tokens", int), ("decode-rounds", int), ("seed", int)):
         ap.add_argument(f"--{name}", type=kind, help=f"BenchConfig.{name.replace('-', '_')}")
-    ap.add_argument("--parts", default="train,decode", help="comma-separated: train, decode, cogs, midas")
+    ap.add_argument("--parts", default="train,decode", help="comma-separated: train, decode, cogs, midas, profile "
+                    "(where a training step's time goes, per operator)")
     ap.add_argument("--cogs-tsv", help="COGS gen.tsv (default: tasks.load_task('cogs')['gen'] if available)")
     ap.add_argument("--tokenizer", help="SentencePiece model for COGS token lengths (default: whitespace tokens)")
     ap.add_argument("--cogs-limit", type=int, help="decode only the first N COGS gen examples")
@@ -98,7 +100,7 @@ def recorded_command(argv: list[str]) -> str:
 # %% ../nbs/10h_cmd_bench.ipynb #91c038bd
 def bench_selection(args) -> tuple[BenchConfig, tuple[str, ...]]:
     "The `BenchConfig` and parts that parsed `depthnb bench` arguments ask for; `UsageError` if one is bad."
-    parts = choices(args.parts, "part", ("train", "decode", "cogs", "midas"))
+    parts = choices(args.parts, "part", ("train", "decode", "cogs", "midas", "profile"))
     try:
         device = torch.device(args.device)
     except RuntimeError:
@@ -142,6 +144,10 @@ def cli_bench(argv: list[str] | None = None) -> int:
                                                                    args.midas_alpha, variant=bc.attn_impls[0]), True)
             if midas is not None:
                 res.extra["midas_wall_clock"] = midas
+        if "profile" in parts:
+            ops = guarded(res.errors, "profile", lambda: profile_ops(bc, "train", top=15), True)
+            if ops is not None:
+                res.extra["train_profile"] = ops.round(3).to_dict(orient="split")
         print(format_result(res))
         if args.json:
             Path(args.json).parent.mkdir(parents=True, exist_ok=True)

@@ -42,11 +42,16 @@ def test_budget_jobs():
     assert all(sec <= capacity for sec in seconds.values()), seconds  # every stage fits the first job
     jobs = gpu_plan.schedule_jobs(seconds)
     finished = [[n for n, fin in ran if fin] for ran in jobs]
-    assert finished[0] == ["attention", "cuda-tests"]  # the attention targets and the CUDA tests first
+    assert finished[0][:2] == ["attention", "cuda-tests"]  # the 134M attention target and the CUDA tests first
+    assert finished[1] == ["attention-374M"]  # the 374M target: most of a job by itself
     assert sorted(n for f in finished for n in f) == sorted(gpu_plan.STAGE_NAMES)  # each stage finished once
-    done = []
+    done, spent = [], {}
     for ran, names in zip(jobs, finished):
-        assert sum(seconds[n] for n in names) <= capacity
+        used = 0.0  # a stage resumed from an earlier job spends only what it had left
+        for n, fin in ran:
+            part = seconds[n] - spent.get(n, 0.0) if fin else capacity - used
+            spent[n], used = spent.get(n, 0.0) + part, used + part
+        assert used <= capacity + 1e-6
         for n in names:  # a stage's prerequisites finished before it, in this job or an earlier one
             assert all(a in done for a in gpu_plan.STAGE_BY_NAME[n].after), n
             done.append(n)
@@ -69,8 +74,9 @@ def test_small_does_not_fit_and_gpu_is_derived_from_it():
 
 def test_stage_order():
     names = list(gpu_plan.STAGE_NAMES)
-    assert names[:2] == ["attention", "cuda-tests"]  # the attention check (with both benchmarks), the CUDA tests
-    assert "bench-134M" not in names and "bench-374M" not in names  # the attention stage runs both shapes itself
+    # the attention check with its 134M benchmark, the CUDA tests, the 374M check and benchmark
+    assert names[:3] == ["attention", "cuda-tests", "attention-374M"]
+    assert "bench-134M" not in names and "bench-374M" not in names  # the attention stages run both shapes themselves
     assert names.index("pretrain") < names.index("finetune") < names.index("controls") < names.index("stacking")
     for s in gpu_plan.STAGES:  # a stage's prerequisites come before it
         assert all(names.index(a) < names.index(s.name) for a in s.after)
@@ -99,7 +105,7 @@ def test_attention_stage_runs_the_check_with_relative_paths(tmp_path):
 def test_gpu_sh_names_its_stages(tmp_path):
     result = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu.sh"), "--out", str(tmp_path / "o"), "nosuch"],
                             capture_output=True, text=True)
-    assert result.returncode == 2 and "unknown stage nosuch" in result.stderr and "attention|tests" in result.stderr
+    assert result.returncode == 2 and "unknown stage nosuch" in result.stderr and "attention|attention-374M|tests" in result.stderr
 
 
 def test_scrub_paths(tmp_path):
@@ -320,9 +326,11 @@ def test_rehearsal(tmp_path):
     assert (figures / "gpu_plan" / "PLAN_STATUS.md").exists()
     check = json.loads((figures / "gpu_plan" / "bench" / "attention" / "attention_check.json").read_text())
     assert check["device"] == "CPU" and check["fastest_correct"] in ("band-flex", "band-cudnn", "band-efficient")
-    assert (figures / "gpu_plan" / "bench" / "attention" / "bench_374M.json").exists()
+    assert (figures / "gpu_plan" / "bench" / "attention" / "bench_134M.json").exists()
+    assert (figures / "gpu_plan" / "bench" / "attention-374M" / "bench_374M.json").exists()
     results = (work / "RESULTS.md").read_text()
-    assert results.count("\n### ") >= 5  # the attention check, its 134M and 374M runs, cogs, midas
+    assert results.count("\n### ") >= 6  # the attention checks, the 134M and 374M runs, cogs, midas
+    assert "Where a training step's time goes" in results  # the 134M run's profile
     assert "attention check (benchmarks/attention_check.py)" in results
     for f in [work / "RESULTS.md", *(figures / "gpu_plan").rglob("*")]:  # assembled: no machine path
         if f.is_file() and f.suffix in gpu_plan.SCRUBBED:

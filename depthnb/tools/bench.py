@@ -138,6 +138,10 @@ def _format_extra(key: str, value) -> list[str]:
         ratio = f"; ratio (reference seconds ÷ depthnb seconds) {_fmt(value['ratio'])}" if "ratio" in value else ""
         return ["", f"COGS gen decoding (lengths: {value['source']}; the models take turns batch by batch{ratio}):",
                 "", t.map(_fmt).to_markdown(), ""]
+    if key == "train_profile":
+        ops = pd.DataFrame(value["data"], index=value["index"], columns=value["columns"])
+        return ["", "Where a training step's time goes (ms per step: self time per operator, the largest first; "
+                "`scenarios.profile_ops`):", "", ops.map(_fmt).to_markdown(), ""]
     if key == "midas_wall_clock":
         head = ", ".join(f"{k} {_fmt(v)}" for k, v in value.items() if k != "stages")
         return ["", f"MIDAS wall clock: {head}. Stages:", "", pd.DataFrame(value["stages"]).map(_fmt).to_markdown(index=False), ""]

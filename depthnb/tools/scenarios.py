@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import statistics
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, replace
@@ -194,7 +195,8 @@ def bench_training(bc: BenchConfig, keep_going: bool = True) -> tuple[pd.DataFra
     for name, (kind, impl) in contender_names(bc).items():
         c = guarded(errors, name, lambda: make_train_contender(name, kind, impl, bc, batches), keep_going)
         if c is not None:
-            contenders[name] = c
+            contenders[name] = c  # a line per contender: where a run cut at a job's time limit had got to
+            print(f"bench: {name} built and warmed up in {c.warmup_s:.1f} s", file=sys.stderr, flush=True)
     rows = alternate({n: c.step for n, c in contenders.items()}, bc.steps, bc.rounds, device,
                      {n: tensor_bytes(c.model, c.optimizer) for n, c in contenders.items()})
     info = {n: dict(warmup_s=c.warmup_s, n_params=sum(p.numel() for p in c.model.parameters()))
@@ -233,14 +235,15 @@ def bench_decoding(bc: BenchConfig, keep_going: bool = True) -> tuple[pd.DataFra
 
 # %% ../../nbs/91c_scenarios.ipynb #b7e3c1a1
 def profile_ops(bc: BenchConfig, part: str = "train", steps: int = 3, top: int = 10) -> pd.DataFrame:
-    "Self time per step (ms) of the `top` operators of depthnb and the reference, `part` 'train' or 'decode'."
+    """Self time per step (ms) of the `top` operators of depthnb (its first attention variant, `bc.attn_impls[0]`)
+    and the reference, `part` 'train' or 'decode'."""
     device = torch.device(bc.device)
     activities = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if bc.on_cuda else [])
     per_step = {}
     for kind in ("depthnb", "reference"):
         if part == "train":
             batches = random_batches(bc, bench_model_config(bc).n_vocab, device)
-            fn = make_train_contender(kind, kind, "sdpa", bc, batches).step
+            fn = make_train_contender(kind, kind, bc.attn_impls[0] if kind == "depthnb" else "sdpa", bc, batches).step
         else:
             fn = _decoder(kind, bc)
         with torch.profiler.profile(activities=activities) as prof:
