@@ -153,7 +153,7 @@ def split_batch(batch_size: int, micro_batch_size: int, world: int) -> int:
     micro = micro_batch_size or per_rank
     if per_rank % micro:
         raise BatchSplitError(f"micro-batches of {micro} (PretrainConfig.micro_batch_size) do not divide the "
-                              f"{per_rank} sequences per rank ({batch_size} over {world} ranks)")
+                              f"{per_rank} sequence{'s' * (per_rank != 1)} per rank ({batch_size} over {world} ranks)")
     return micro
 
 # %% ../nbs/00_config.ipynb #fe28201d

@@ -180,7 +180,7 @@ def test_cli_plan_prints_the_plan(capsys):
     (["--preset", "saunshi", "--gpus", "3"], "run '1B L=24': a batch of 512 sequences (PretrainConfig.batch_size) "
                                               "does not split evenly over 3 ranks"),
     (["--preset", "saunshi", "--gpus", "512"], "micro-batches of 2 (PretrainConfig.micro_batch_size) do not divide "
-                                                "the 1 sequences per rank"),
+                                                "the 1 sequence per rank"),
     (["--preset", "nope"], "unknown preset 'nope'"),
 ])
 def test_cli_plan_errors_are_one_line(capsys, argv, message):
