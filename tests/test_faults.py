@@ -123,8 +123,12 @@ def test_reproduce_killed_in_a_notebook_then_rerun_is_bit_identical(tmp_path):
     assert reference.wait(900) == 0, reference.stderr.read().decode()[-3000:]
     runs = tmp_path / "runs"
     killed = _reproduce(runs, tmp_path / "figures")
-    for _ in range(6000):  # until a pretraining run of the notebook has a checkpoint, and is not done
-        if any(not (ckpt.parent.parent / "DONE").exists() for ckpt in runs.glob("tiny/pretrain/*/*/checkpoints/*.pt")):
+    def complete(ckpt):  # written in full: its checksum is written after it
+        return Path(f"{ckpt}.sha256").exists()
+
+    for _ in range(6000):  # until a pretraining run of the notebook has a complete checkpoint, and is not done
+        if any(complete(ckpt) and not (ckpt.parent.parent / "DONE").exists()
+               for ckpt in runs.glob("tiny/pretrain/*/*/checkpoints/*.pt")):
             break
         assert killed.poll() is None, killed.stderr.read().decode()[-3000:]
         time.sleep(0.1)
@@ -133,7 +137,7 @@ def test_reproduce_killed_in_a_notebook_then_rerun_is_bit_identical(tmp_path):
             os.kill(pid, signal.SIGKILL)
     killed.wait()
     interrupted = {ckpt.parent.parent: None for ckpt in runs.glob("tiny/pretrain/*/*/checkpoints/*.pt")
-                   if not (ckpt.parent.parent / "DONE").exists()}
+                   if complete(ckpt) and not (ckpt.parent.parent / "DONE").exists()}
     interrupted = {run: latest_checkpoint(run)[1]["step"] for run in interrupted}
     assert interrupted, "no pretraining run was interrupted after a checkpoint"
     rerun = _reproduce(runs, tmp_path / "figures")
