@@ -9,6 +9,7 @@ For each attention variant at the 134M and 374M attention shapes (one layer's ca
 2. its values and the gradients of q, k, v and the bias table in bf16 against an fp32 dense reference on the same
    device (relative error ‖a − b‖ / ‖b‖; a variant is correct when every error is under --tolerance);
 3. forward + backward time per call and its peak memory above the inputs.
+And the band step alone (`band_bias_grad`, eager) at each shape: how much of a band variant's time is not its kernel.
 Then `depthnb bench` runs at 134M × 12 (16 × 1024 tokens, with a per-operator profile of a training step) and 374M
 × 24 (the paper batch) for the fastest correct band variant against the reference (`--bench-shapes`: which of the
 two), appending to the results file. The check's own tables are appended there too
@@ -29,7 +30,7 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # the checkout's depthnb, also where it is not installed
 
-from depthnb.band import band_attention, band_width  # noqa: E402
+from depthnb.band import band_attention, band_bias_grad, band_width  # noqa: E402
 from depthnb.config import BAND_IMPLS  # noqa: E402
 from depthnb.model import (RelativePositionBias, attend, attention_mask_bias, flex_mask, layer_mask,  # noqa: E402
                            relative_position_bucket, softmax_attention)
@@ -159,6 +160,35 @@ def time_call(name: str, size_class: str, t: int, batch: int, device, dtype, ite
     return dict(ms=times[len(times) // 2], peak_gb=peak)
 
 
+def time_band_step(size_class: str, t: int, batch: int, device, dtype, iters: int) -> dict:
+    "Median milliseconds and peak memory (GB) of the band step alone (`band_bias_grad`, eager): what a band variant adds."
+    sc = SIZE_CLASSES[size_class]
+    h, d = sc.n_heads, sc.d_attn // sc.n_heads
+    view = model_view(size_class, "band-cudnn", t, device)
+    w = view.band_width
+    q, k, v, out, d_out = (torch.randn(batch, h, t, d, device=device, dtype=dtype) for _ in range(5))
+    lse, band = torch.randn(batch, h, t, device=device).abs() + 5, torch.randn(h, w, device=device)
+    cuda = device.type == "cuda"
+
+    def step():
+        return band_bias_grad(q, k, v, out, lse, d_out, w, d ** -0.5, band)
+
+    step()
+    if cuda:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+    times = []
+    for _ in range(iters):
+        start = time.perf_counter()
+        step()
+        if cuda:
+            torch.cuda.synchronize()
+        times.append((time.perf_counter() - start) * 1e3)
+    times.sort()
+    return dict(ms=times[len(times) // 2], peak_gb=(torch.cuda.max_memory_allocated() - base) / 1e9 if cuda else None)
+
+
 def markdown_table(rows: list[dict], columns: list[str]) -> str:
     def cell(x):
         return "–" if x is None else f"{x:.3g}" if isinstance(x, float) else str(x)
@@ -191,6 +221,11 @@ def run_check(args) -> dict:
                 except Exception as exc:  # a kernel that does not compile or run here is a result, not a stop
                     first = str(exc).splitlines()[0][:160] if str(exc) else ""
                     row["error"] = f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+            print(json.dumps(row), flush=True)
+            rows.append(row)
+        if any(name in BAND_IMPLS for name in args.variants):  # how much of a band variant's time is the band step
+            row = dict(shape=size_class, variant="band step alone", backend="PyTorch (eager)")
+            row.update(time_band_step(size_class, t, batch, device, dtype, args.iters))
             print(json.dumps(row), flush=True)
             rows.append(row)
     for size_class in args.shapes:  # time ratios against the no-bias reference of the same shape, same run
