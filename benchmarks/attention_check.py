@@ -133,15 +133,20 @@ def time_call(name: str, size_class: str, t: int, batch: int, device, dtype, ite
     view = model_view(size_class, name, t, device)
     fn, _ = variant_call(name, view, t, device, dtype, kernel_options)
     q, k, v, d_out = (torch.randn(batch, h, t, d, device=device, dtype=dtype, requires_grad=i < 3) for i in range(4))
-    cuda = device.type == "cuda"
 
     def step():
         out = fn(q, k, v)
         out.backward(d_out)
         q.grad = k.grad = v.grad = view.rel_bias.table.weight.grad = None
 
-    for _ in range(3):
-        step()  # compiles the flex kernels
+    return median_ms_and_peak(step, device, iters)
+
+
+def median_ms_and_peak(step, device, iters: int, warmup: int = 3) -> dict:
+    "Median milliseconds of `step()` over `iters` calls after `warmup` (which compiles flex kernels), and peak GB above what was allocated before."
+    cuda = device.type == "cuda"
+    for _ in range(warmup):
+        step()
     if cuda:
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
@@ -168,25 +173,7 @@ def time_band_step(size_class: str, t: int, batch: int, device, dtype, iters: in
     w = view.band_width
     q, k, v, out, d_out = (torch.randn(batch, h, t, d, device=device, dtype=dtype) for _ in range(5))
     lse, band = torch.randn(batch, h, t, device=device).abs() + 5, torch.randn(h, w, device=device)
-    cuda = device.type == "cuda"
-
-    def step():
-        return band_bias_grad(q, k, v, out, lse, d_out, w, d ** -0.5, band)
-
-    step()
-    if cuda:
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-        base = torch.cuda.memory_allocated()
-    times = []
-    for _ in range(iters):
-        start = time.perf_counter()
-        step()
-        if cuda:
-            torch.cuda.synchronize()
-        times.append((time.perf_counter() - start) * 1e3)
-    times.sort()
-    return dict(ms=times[len(times) // 2], peak_gb=(torch.cuda.max_memory_allocated() - base) / 1e9 if cuda else None)
+    return median_ms_and_peak(lambda: band_bias_grad(q, k, v, out, lse, d_out, w, d ** -0.5, band), device, iters, 1)
 
 
 def markdown_table(rows: list[dict], columns: list[str]) -> str:
