@@ -13,14 +13,11 @@ from depthnb.presets import experiment_preset
 
 FIGURES = Path(__file__).resolve().parents[1] / "figures"
 PPL_SPLIT = {"enwiki": "enwiki_valid", "c4": "c4_sample"}  # as the report notebook reads each corpus
-# The committed cpu report ran both controls on passivization; the preset has since moved them to GeoQuery, and its
-# parts are being rerun. Delete this entry with the `--only report` run that pools the rerun parts.
-REPORTED_CONTROL_TASK = {"cpu": "passivization"}
 
 
 def recomputed(preset: str) -> pd.DataFrame:
     P = experiment_preset(preset, {}, None, None, None, None)
-    tables = FigureTables(FIGURES / preset, ppl_split=PPL_SPLIT[P.pretrain.data.corpus], control_task=REPORTED_CONTROL_TASK.get(preset, P.control_task),
+    tables = FigureTables(FIGURES / preset, ppl_split=PPL_SPLIT[P.pretrain.data.corpus], control_task=P.control_task,
                           primitive_n_eval=P.primitives.n_eval)
     return check_claims(tables)
 
@@ -40,6 +37,6 @@ def test_the_regression_catches_a_broken_rule():
     "The comparison can fail: a rule that always says 'holds' differs from the committed cpu summary."
     import depthnb.claims as claims
     broken = [c.__class__(c.paper, c.where, c.claim, c.rule, lambda t: ("broken", "holds")) for c in claims.CLAIMS]
-    ours = check_claims(FigureTables(FIGURES / "cpu", control_task="passivization"), broken)
+    ours = check_claims(FigureTables(FIGURES / "cpu"), broken)
     committed = pd.read_csv(FIGURES / "cpu" / "fidelity.csv")
     assert (ours.verdict != committed.verdict).any()
