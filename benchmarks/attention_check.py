@@ -9,7 +9,8 @@ For each attention variant at the 134M and 374M attention shapes (one layer's ca
 2. its values and the gradients of q, k, v and the bias table in bf16 against an fp32 dense reference on the same
    device (relative error ‖a − b‖ / ‖b‖; a variant is correct when every error is under --tolerance);
 3. forward + backward time per call and its peak memory above the inputs.
-And the band step alone (`band_bias_grad`, eager) at each shape: how much of a band variant's time is not its kernel.
+And the band step alone at each shape (`band_bias_grad` eager, and on CUDA `band_bias_grad_triton`): how much of a
+band variant's time is not its kernel. The `-triton` variants take the band step in Triton instead of PyTorch.
 Then `depthnb bench` runs at 134M × 12 (16 × 1024 tokens, with a per-operator profile of a training step) and 374M
 × 24 (the paper batch) for the fastest correct band variant against the reference (`--bench-shapes`: which of the
 two), appending to the results file. The check's own tables are appended there too
@@ -30,7 +31,7 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # the checkout's depthnb, also where it is not installed
 
-from depthnb.band import band_attention, band_bias_grad, band_width  # noqa: E402
+from depthnb.band import band_attention, band_bias_grad, band_bias_grad_triton, band_width  # noqa: E402
 from depthnb.config import BAND_IMPLS  # noqa: E402
 from depthnb.model import (RelativePositionBias, attend, attention_mask_bias, flex_mask, layer_mask,  # noqa: E402
                            relative_position_bucket, softmax_attention)
@@ -78,7 +79,8 @@ def variant_call(name: str, view: SimpleNamespace, t: int, device, dtype, kernel
                 layer_mask(view, pos, pos, dtype=dtype) if name in BAND_IMPLS else
                 attention_mask_bias(view, pos, pos, dtype=dtype))
         if kernel_options:
-            return band_attention(q, k, v, mask.band, mask.kernel, mask.block_mask, kernel_options=kernel_options)
+            return band_attention(q, k, v, mask.band, mask.kernel, mask.block_mask, mask.step,
+                                  kernel_options=kernel_options)
         return attend(q, k, v, mask)
     return call, (table if table.requires_grad else None)
 
@@ -86,7 +88,10 @@ def variant_call(name: str, view: SimpleNamespace, t: int, device, dtype, kernel
 def backend(name: str, q, k, v, view) -> str:
     "The kernel a variant runs: SDPA's own choice for the SDPA paths, the named kernel otherwise."
     if name in BAND_IMPLS:
-        return f"{'cpu (SDPA flash, CPU)' if q.device.type == 'cpu' else name.removeprefix('band-')} + band step"
+        if q.device.type == "cpu":
+            return "cpu (SDPA flash, CPU) + band step (PyTorch)"
+        kernel = name.removeprefix("band-").removesuffix("-triton")
+        return f"{kernel} + band step ({'Triton' if name.endswith('-triton') else 'PyTorch'})"
     if name == "flex-nobiasgrad":
         return "flex"
     pos = torch.arange(q.shape[-2], device=q.device)
@@ -165,15 +170,15 @@ def median_ms_and_peak(step, device, iters: int, warmup: int = 3) -> dict:
     return dict(ms=times[len(times) // 2], peak_gb=peak)
 
 
-def time_band_step(size_class: str, t: int, batch: int, device, dtype, iters: int) -> dict:
-    "Median milliseconds and peak memory (GB) of the band step alone (`band_bias_grad`, eager): what a band variant adds."
+def time_band_step(size_class: str, t: int, batch: int, device, dtype, iters: int, step=band_bias_grad) -> dict:
+    "Median milliseconds and peak memory (GB) of the band `step` alone (eager): what a band variant adds to its kernel."
     sc = SIZE_CLASSES[size_class]
     h, d = sc.n_heads, sc.d_attn // sc.n_heads
     view = model_view(size_class, "band-cudnn", t, device)
     w = view.band_width
     q, k, v, out, d_out = (torch.randn(batch, h, t, d, device=device, dtype=dtype) for _ in range(5))
     lse, band = torch.randn(batch, h, t, device=device).abs() + 5, torch.randn(h, w, device=device)
-    return median_ms_and_peak(lambda: band_bias_grad(q, k, v, out, lse, d_out, w, d ** -0.5, band), device, iters, 1)
+    return median_ms_and_peak(lambda: step(q, k, v, out, lse, d_out, w, d ** -0.5, band), device, iters, 1)
 
 
 def markdown_table(rows: list[dict], columns: list[str]) -> str:
@@ -192,7 +197,7 @@ def run_check(args) -> dict:
     for size_class in args.shapes:
         for name in args.variants:
             row = dict(shape=size_class, variant=name)
-            tries = (None, *FLEX_FALLBACKS) if name == "band-flex" and device.type == "cuda" else (None,)
+            tries = (None, *FLEX_FALLBACKS) if name.startswith("band-flex") and device.type == "cuda" else (None,)
             for options in tries:  # the default configuration first; a fallback only where it fails
                 row = dict(shape=size_class, variant=name, kernel_options=options and json.dumps(options))
                 try:
@@ -211,10 +216,15 @@ def run_check(args) -> dict:
             print(json.dumps(row), flush=True)
             rows.append(row)
         if any(name in BAND_IMPLS for name in args.variants):  # how much of a band variant's time is the band step
-            row = dict(shape=size_class, variant="band step alone", backend="PyTorch (eager)")
-            row.update(time_band_step(size_class, t, batch, device, dtype, args.iters))
-            print(json.dumps(row), flush=True)
-            rows.append(row)
+            steps = {"PyTorch (eager)": band_bias_grad, "Triton": band_bias_grad_triton}
+            for label, step in steps.items() if device.type == "cuda" else list(steps.items())[:1]:
+                row = dict(shape=size_class, variant="band step alone", backend=label)
+                try:
+                    row.update(time_band_step(size_class, t, batch, device, dtype, args.iters, step))
+                except Exception as exc:  # as for a variant: a result, not a stop
+                    row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}"
+                print(json.dumps(row), flush=True)
+                rows.append(row)
     for size_class in args.shapes:  # time ratios against the no-bias reference of the same shape, same run
         ref = next((r for r in rows if r["shape"] == size_class and r["variant"] == "reference" and "ms" in r), None)
         for r in rows:

@@ -5,6 +5,7 @@
 # %% ../nbs/02g_band.ipynb #d33afc50
 from __future__ import annotations
 
+import os
 from typing import Callable
 
 import torch
@@ -13,7 +14,7 @@ from torch.nn.attention.flex_attention import AuxRequest, BlockMask, flex_attent
 
 # %% auto #0
 __all__ = ['KERNELS', 'band_width', 'band_bias_grad', 'causal_bias', 'dense_kernel', 'cpu_kernel', 'cudnn_kernel',
-           'efficient_kernel', 'bias_score_mod', 'flex_kernel', 'band_attention']
+           'efficient_kernel', 'bias_score_mod', 'flex_kernel', 'band_attention', 'band_bias_grad_triton']
 
 # %% ../nbs/02g_band.ipynb #ad751b0c
 def band_width(buckets: torch.Tensor, n_buckets: int) -> int | None:
@@ -127,24 +128,104 @@ KERNELS: dict[str, Callable] = {"flex": flex_kernel, "cudnn": cudnn_kernel, "eff
 class _BandBiasGrad(torch.autograd.Function):
     "Identity on the kernel's output; its backward adds the band step's gradient of the bias band."
     @staticmethod
-    def forward(ctx, out, band, q, k, v, lse):
+    def forward(ctx, out, band, q, k, v, lse, step):
         ctx.save_for_backward(out, band, q, k, v, lse)
+        ctx.step = step
         return out.view_as(out)
 
     @staticmethod
     def backward(ctx, d_out):
         out, band, q, k, v, lse = ctx.saved_tensors
-        grad = band_bias_grad(q, k, v, out, lse, d_out, band.shape[-1], q.shape[-1] ** -0.5, band)
-        return d_out, grad.to(band.dtype), None, None, None, None
+        grad = ctx.step(q, k, v, out, lse, d_out, band.shape[-1], q.shape[-1] ** -0.5, band)
+        return d_out, grad.to(band.dtype), None, None, None, None, None
 
 
 def band_attention(q, k, v, band: torch.Tensor, kernel: Callable = dense_kernel, block_mask: BlockMask | None = None,
-                   **kernel_kwargs) -> torch.Tensor:
+                   step: Callable = band_bias_grad, **kernel_kwargs) -> torch.Tensor:
     """Causal attention of (b, h, t, d) q, k, v with the additive bias band[h, i - j] for 0 <= i - j < W and 0
-    beyond (`band`: (h, W), a gradient if it needs one), the bias detached in `kernel` and its gradient from the band step."""
+    beyond (`band`: (h, W), a gradient if it needs one), the bias detached in `kernel` and its gradient from the band
+    `step` (`band_bias_grad` or `band_bias_grad_triton`)."""
     t = q.shape[-2]
     flat = F.pad(band.detach(), (0, max(t - band.shape[-1], 0)))[:, :t].contiguous()
     out, lse = kernel(q, k, v, flat, block_mask, **kernel_kwargs)
     if not (band.requires_grad and torch.is_grad_enabled()):
         return out
-    return _BandBiasGrad.apply(out, band, q.detach(), k.detach(), v.detach(), lse.detach())
+    return _BandBiasGrad.apply(out, band, q.detach(), k.detach(), v.detach(), lse.detach(), step)
+
+# %% ../nbs/02g_band.ipynb #6ff3417f
+_band_step_kernel = None  # built on first use: CPU-only PyTorch builds have no Triton
+
+
+def _build_band_step_kernel():
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def band_step(q, k, v, o, do, lse, bias, part, t, w, scale,
+                  sq_b, sq_h, sq_t, sk_b, sk_h, sk_t, sv_b, sv_h, sv_t, so_b, so_h, so_t, sd_b, sd_h, sd_t,
+                  H: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                  BLOCK_D: tl.constexpr, BLOCK_W: tl.constexpr, IEEE: tl.constexpr):
+        blk, bh = tl.program_id(0), tl.program_id(1)
+        b, h = bh // H, bh % H
+        i0 = blk * BLOCK_M
+        rows, cols, dist = i0 + tl.arange(0, BLOCK_M), tl.arange(0, BLOCK_D), tl.arange(0, BLOCK_W)
+        row_ok = rows < t
+        rd = row_ok[:, None] & (cols < D)[None, :]
+        qb = tl.load(q + b * sq_b + h * sq_h + rows[:, None] * sq_t + cols[None, :], mask=rd, other=0.0)
+        dob = tl.load(do + b * sd_b + h * sd_h + rows[:, None] * sd_t + cols[None, :], mask=rd, other=0.0)
+        ob = tl.load(o + b * so_b + h * so_h + rows[:, None] * so_t + cols[None, :], mask=rd, other=0.0)
+        delta = tl.sum(dob.to(tl.float32) * ob.to(tl.float32), 1)
+        m = tl.load(lse + bh * t + rows, mask=row_ok, other=0.0)
+        acc = tl.zeros([BLOCK_W], dtype=tl.float32)
+        CHUNKS: tl.constexpr = (BLOCK_M + BLOCK_W - 1 + BLOCK_N - 1) // BLOCK_N  # the keys of the block's band
+        for c in tl.static_range(CHUNKS):
+            j0 = i0 + BLOCK_M - (CHUNKS - c) * BLOCK_N
+            keys = j0 + tl.arange(0, BLOCK_N)
+            kd = ((keys >= 0) & (keys < t))[:, None] & (cols < D)[None, :]
+            kb = tl.load(k + b * sk_b + h * sk_h + keys[:, None] * sk_t + cols[None, :], mask=kd, other=0.0)
+            vb = tl.load(v + b * sv_b + h * sv_h + keys[:, None] * sv_t + cols[None, :], mask=kd, other=0.0)
+            if IEEE:  # fp32 inputs (the tests): no TF32
+                s = tl.dot(qb, tl.trans(kb), input_precision="ieee")
+                dp = tl.dot(dob, tl.trans(vb), input_precision="ieee")
+            else:
+                s = tl.dot(qb, tl.trans(kb))
+                dp = tl.dot(dob, tl.trans(vb))
+            d_ij = rows[:, None] - keys[None, :]
+            in_band = (d_ij >= 0) & (d_ij < w) & row_ok[:, None] & (keys >= 0)[None, :]
+            p = tl.exp(s * scale + tl.load(bias + h * w + d_ij, mask=in_band, other=0.0) - m[:, None])
+            ds = tl.where(in_band, p * (dp - delta[:, None]), 0.0)
+            col = i0 - j0 + tl.arange(0, BLOCK_M)[:, None] - dist[None, :]  # the key column at each distance
+            strip = tl.gather(ds, tl.minimum(tl.maximum(col, 0), BLOCK_N - 1), 1)
+            acc += tl.sum(tl.where((col >= 0) & (col < BLOCK_N), strip, 0.0), 0)
+        tl.store(part + (bh * tl.num_programs(0) + blk) * BLOCK_W + dist, acc)
+
+    return band_step
+
+
+@torch.library.custom_op("depthnb::band_bias_grad_triton", mutates_args=())
+def band_bias_grad_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
+                          d_out: torch.Tensor, w: int, scale: float, bias: torch.Tensor) -> torch.Tensor:
+    "`band_bias_grad` in one Triton kernel (CUDA; the CPU under `TRITON_INTERPRET=1`): the (h, w) fp32 gradient."
+    global _band_step_kernel
+    if q.device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
+        raise RuntimeError(f"band_bias_grad_triton runs on CUDA (got {q.device.type} tensors); on the CPU only "
+                           "under Triton's interpreter (TRITON_INTERPRET=1)")
+    if _band_step_kernel is None:
+        _band_step_kernel = _build_band_step_kernel()
+    b, h, t, d = q.shape
+    width, w = w, min(w, t)
+    block_m, block_n, block_w = 64, 64, max(16, 1 << (w - 1).bit_length())
+    n = -(-t // block_m)
+    q, k, v, out, d_out = (x if x.stride(-1) == 1 else x.contiguous() for x in (q, k, v, out, d_out))
+    part = torch.empty(b * h, n, block_w, device=q.device, dtype=torch.float32)
+    _band_step_kernel[(n, b * h)](
+        q, k, v, out, d_out, lse.float().contiguous(), bias[:, :w].float().contiguous(), part, t, w, scale,
+        *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3], *d_out.stride()[:3],
+        H=h, D=d, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=max(16, 1 << (d - 1).bit_length()), BLOCK_W=block_w,
+        IEEE=q.dtype == torch.float32)
+    return F.pad(part.view(b, h, n, block_w).sum((0, 2))[:, :w], (0, width - w))
+
+
+@band_bias_grad_triton.register_fake
+def _(q, k, v, out, lse, d_out, w, scale, bias):
+    return q.new_empty(q.shape[1], w, dtype=torch.float32)

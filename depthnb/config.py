@@ -19,8 +19,9 @@ __all__ = ['BAND_IMPLS', 'LLAMA_MIXTURE', 'UL2_RESERVED_IDS', 'STACK_METHODS', '
            'parse_value', 'override', 'to_dict', 'from_dict', 'config_diff']
 
 # %% ../nbs/00_config.ipynb #d3b67e83
-# band attention (nbs/02g_band.ipynb) with the fused kernel named after "band-"; on the CPU, SDPA's CPU kernel
-BAND_IMPLS = ("band-flex", "band-cudnn", "band-efficient")
+# band attention (nbs/02g_band.ipynb) with the fused kernel named after "band-" and, with "-triton", the band step
+# in Triton instead of PyTorch; on the CPU, SDPA's CPU kernel and the PyTorch step
+BAND_IMPLS = ("band-flex", "band-cudnn", "band-efficient", "band-flex-triton", "band-cudnn-triton")
 
 
 @dataclass

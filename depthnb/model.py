@@ -16,7 +16,7 @@ from fastcore.basics import patch
 from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex_attention
 from torch.utils.checkpoint import checkpoint
 
-from .band import KERNELS, band_attention, band_width, cpu_kernel
+from .band import KERNELS, band_attention, band_bias_grad, band_bias_grad_triton, band_width, cpu_kernel
 from .config import BAND_IMPLS, ModelConfig
 from .inference import KVCache, greedy_generate
 
@@ -77,10 +77,11 @@ class FlexMask:
 
 @dataclass
 class BandMask:
-    "What band attention needs: the shifted bias on its band (n_heads, W), the kernel, and (flex) the causal `BlockMask`."
+    "What band attention needs: the shifted bias on its band (n_heads, W), the kernel, (flex) the causal `BlockMask`, the band step."
     band: torch.Tensor
     kernel: object
     block_mask: BlockMask | None = None
+    step: object = band_bias_grad
 
 
 @dataclass
@@ -135,7 +136,7 @@ def attend(q, k, v, mask) -> torch.Tensor:
     if isinstance(mask, FlexMask):
         return flex_attend(q, k, v, mask)
     if isinstance(mask, BandMask):
-        return band_attention(q, k, v, mask.band, mask.kernel, mask.block_mask)
+        return band_attention(q, k, v, mask.band, mask.kernel, mask.block_mask, mask.step)
     if isinstance(mask, str):
         return F.scaled_dot_product_attention(q, k, v, is_causal=True)
     if isinstance(mask, PrefixMask):  # prefix queries see later keys: the causal split below would drop them
@@ -336,8 +337,9 @@ def band_mask(model: DecoderLM, n: int, device) -> BandMask:
     band = rel.by_distance(model.band_width, device) - rel.table.weight[-1][:, None]
     if torch.device(device).type != "cuda":
         return BandMask(band, cpu_kernel)
-    kernel = model.cfg.attn_impl.removeprefix("band-")
-    return BandMask(band, KERNELS[kernel], causal_block_mask(n, device) if kernel == "flex" else None)
+    kernel = model.cfg.attn_impl.removeprefix("band-").removesuffix("-triton")
+    step = band_bias_grad_triton if model.cfg.attn_impl.endswith("-triton") else band_bias_grad
+    return BandMask(band, KERNELS[kernel], causal_block_mask(n, device) if kernel == "flex" else None, step)
 
 
 def layer_mask(model: DecoderLM, q_pos, k_pos, key_padding=None, dtype=torch.float32, prefix_len=None):

@@ -7,7 +7,8 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
-from depthnb.band import KERNELS, band_attention, band_width, bias_score_mod, cpu_kernel, dense_kernel
+from depthnb.band import (KERNELS, band_attention, band_bias_grad, band_bias_grad_triton, band_width, bias_score_mod,
+                          cpu_kernel, dense_kernel)
 from depthnb.config import BAND_IMPLS, ModelConfig
 from depthnb.model import BandMask, DecoderLM, PrefixMask, layer_mask, relative_position_bucket
 from depthnb.presets import CPU_CLASS, PRESETS, SAUNSHI_CLASSES, SIZE_CLASSES, TINY_CLASS, resolve_size_class
@@ -112,22 +113,24 @@ def test_compiled_flex_forward_with_the_shifted_score_mod():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("kernel", ["flex", "cudnn", "efficient"])
-def test_cuda_kernels_match_fp32_dense(kernel):
-    "On CUDA, in bf16: each fused kernel's values and gradients against the fp32 dense path."
+@pytest.mark.parametrize("impl", ["flex", "cudnn", "efficient", "flex-triton", "cudnn-triton"])
+def test_cuda_kernels_match_fp32_dense(impl):
+    "On CUDA, in bf16: each fused kernel's values and gradients (the band step's in PyTorch or Triton) against the fp32 dense path."
     from depthnb.model import causal_block_mask
     for t, d in ((t, d) for t in (1024, 1000) for d in HEAD_WIDTHS):  # 1000: rows not 16-element aligned
         torch.manual_seed(d)
         q, k, v, d_out = (torch.randn(2, 4, t, d, device="cuda") for _ in range(4))
         band = torch.randn(4, 113, device="cuda")
+        kernel = impl.removesuffix("-triton")
         extra = {"block_mask": causal_block_mask(t, "cuda")} if kernel == "flex" else {}
+        extra["step"] = band_bias_grad_triton if impl.endswith("-triton") else band_bias_grad
         mine = values_and_grads(lambda q, k, v, b: band_attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), b,
                                                                   kernel=KERNELS[kernel], **extra).float(),
                                 q, k, v, band, d_out)
         ref = values_and_grads(dense_attention, q, k, v, band, d_out)
         for name, a, b in zip(("output", "dq", "dk", "dv", "dband"), mine, ref):
             err = ((a - b).norm() / b.norm()).item()
-            assert err < 2e-2, f"{kernel}, t {t}, d_head {d}, {name}: relative error {err:.2e}"
+            assert err < 2e-2, f"{impl}, t {t}, d_head {d}, {name}: relative error {err:.2e}"
 
 
 def test_attention_check_rehearses_on_the_cpu(tmp_path):
