@@ -5,6 +5,7 @@
 # %% ../nbs/02g_band.ipynb #d33afc50
 from __future__ import annotations
 
+import functools
 import os
 from typing import Callable
 
@@ -14,7 +15,8 @@ from torch.nn.attention.flex_attention import AuxRequest, BlockMask, flex_attent
 
 # %% auto #0
 __all__ = ['KERNELS', 'band_width', 'band_bias_grad', 'causal_bias', 'dense_kernel', 'cpu_kernel', 'cudnn_kernel',
-           'efficient_kernel', 'bias_score_mod', 'flex_kernel', 'band_attention', 'band_bias_grad_triton']
+           'efficient_kernel', 'bias_score_mod', 'flex_kernel', 'band_attention', 'band_step_kernel',
+           'band_bias_grad_triton']
 
 # %% ../nbs/02g_band.ipynb #ad751b0c
 def band_width(buckets: torch.Tensor, n_buckets: int) -> int | None:
@@ -153,10 +155,9 @@ def band_attention(q, k, v, band: torch.Tensor, kernel: Callable = dense_kernel,
     return _BandBiasGrad.apply(out, band, q.detach(), k.detach(), v.detach(), lse.detach(), step)
 
 # %% ../nbs/02g_band.ipynb #6ff3417f
-_band_step_kernel = None  # built on first use: CPU-only PyTorch builds have no Triton
-
-
-def _build_band_step_kernel():
+@functools.cache
+def band_step_kernel():
+    "The band step's Triton kernel, built on first use (CPU-only PyTorch builds have no Triton)."
     import triton
     import triton.language as tl
 
@@ -206,19 +207,16 @@ def _build_band_step_kernel():
 def band_bias_grad_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
                           d_out: torch.Tensor, w: int, scale: float, bias: torch.Tensor) -> torch.Tensor:
     "`band_bias_grad` in one Triton kernel (CUDA; the CPU under `TRITON_INTERPRET=1`): the (h, w) fp32 gradient."
-    global _band_step_kernel
     if q.device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
         raise RuntimeError(f"band_bias_grad_triton runs on CUDA (got {q.device.type} tensors); on the CPU only "
                            "under Triton's interpreter (TRITON_INTERPRET=1)")
-    if _band_step_kernel is None:
-        _band_step_kernel = _build_band_step_kernel()
     b, h, t, d = q.shape
     width, w = w, min(w, t)
     block_m, block_n, block_w = 64, 64, max(16, 1 << (w - 1).bit_length())
     n = -(-t // block_m)
     q, k, v, out, d_out = (x if x.stride(-1) == 1 else x.contiguous() for x in (q, k, v, out, d_out))
     part = torch.empty(b * h, n, block_w, device=q.device, dtype=torch.float32)
-    _band_step_kernel[(n, b * h)](
+    band_step_kernel()[(n, b * h)](
         q, k, v, out, d_out, lse.float().contiguous(), bias[:, :w].float().contiguous(), part, t, w, scale,
         *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3], *d_out.stride()[:3],
         H=h, D=d, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=max(16, 1 << (d - 1).bit_length()), BLOCK_W=block_w,

@@ -1,4 +1,5 @@
 "Band attention (nbs/02g_band.ipynb): the T5 bias detached in a fused kernel plus its band gradient equals the dense path."
+import os
 import warnings
 from dataclasses import replace
 
@@ -7,8 +8,8 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
-from depthnb.band import (KERNELS, band_attention, band_bias_grad, band_bias_grad_triton, band_width, bias_score_mod,
-                          cpu_kernel, dense_kernel)
+from depthnb.band import (KERNELS, band_attention, band_bias_grad, band_bias_grad_triton, band_step_kernel, band_width,
+                          bias_score_mod, cpu_kernel, dense_kernel)
 from depthnb.config import BAND_IMPLS, ModelConfig
 from depthnb.model import BandMask, DecoderLM, PrefixMask, layer_mask, relative_position_bucket
 from depthnb.presets import CPU_CLASS, PRESETS, SAUNSHI_CLASSES, SIZE_CLASSES, TINY_CLASS, resolve_size_class
@@ -110,6 +111,26 @@ def test_compiled_flex_forward_with_the_shifted_score_mod():
     block_mask = create_block_mask(lambda b, h, qi, ki: ki <= qi, None, None, t, t, device="cpu")
     out = torch.compile(flex_attention, dynamic=False)(q, k, v, score_mod=bias_score_mod(bias), block_mask=block_mask)
     torch.testing.assert_close(out, dense_kernel(q, k, v, bias)[0], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.slow  # a Triton compile per head width: ~3 s each on two cores
+def test_triton_band_step_compiles_for_hopper():
+    "The Triton band step compiles to a cubin for sm_90 (H100, H200) in bf16 at every head width, with no GPU here."
+    pytest.importorskip("triton")
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        pytest.skip("Triton's interpreter is on in this process: it compiles nothing")
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource, compile
+    kernel = band_step_kernel()
+    names = kernel.arg_names
+    blocks = dict(H=12, BLOCK_M=64, BLOCK_N=64, BLOCK_W=128, IEEE=False)
+    for d in HEAD_WIDTHS:
+        const = {**blocks, "D": d, "BLOCK_D": max(16, 1 << (d - 1).bit_length())}
+        sig = {n: "constexpr" if n in const else "*bf16" if i < 5 else "*fp32" if i < 8 else "fp32" if n == "scale"
+               else "i32" for i, n in enumerate(names)}
+        src = ASTSource(fn=kernel, signature=sig, constexprs={(names.index(n),): v for n, v in const.items()})
+        compiled = compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
+        assert compiled.asm["cubin"], d
 
 
 @pytest.mark.gpu
