@@ -167,7 +167,7 @@ def band_step_kernel():
                   H: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                   BLOCK_D: tl.constexpr, BLOCK_W: tl.constexpr, IEEE: tl.constexpr):
         blk, bh = tl.program_id(0), tl.program_id(1)
-        b, h = bh // H, bh % H
+        b, h = (bh // H).to(tl.int64), bh % H  # 64-bit offsets: batches of more than 2^31 elements
         i0 = blk * BLOCK_M
         rows, cols, dist = i0 + tl.arange(0, BLOCK_M), tl.arange(0, BLOCK_D), tl.arange(0, BLOCK_W)
         row_ok = rows < t
