@@ -212,6 +212,8 @@ def band_bias_grad_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out
                            "under Triton's interpreter (TRITON_INTERPRET=1)")
     b, h, t, d = q.shape
     width, w = w, min(w, t)
+    if w == 0:  # every distance in the last bucket: the shifted bias is zero everywhere
+        return q.new_zeros(h, width, dtype=torch.float32)
     block_m, block_n, block_w = 64, 64, max(16, 1 << (w - 1).bit_length())
     n = -(-t // block_m)
     q, k, v, out, d_out = (x if x.stride(-1) == 1 else x.contiguous() for x in (q, k, v, out, d_out))
