@@ -5,6 +5,7 @@ import subprocess
 import sys
 import warnings
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
@@ -116,36 +117,26 @@ def test_compiled_flex_forward_with_the_shifted_score_mod():
     torch.testing.assert_close(out, dense_kernel(q, k, v, bias)[0], rtol=1e-5, atol=1e-5)
 
 
-INTERPRETED_CHECK = """
-import torch, torch.nn.functional as F
-from depthnb.band import band_attention, band_bias_grad, band_bias_grad_triton, cpu_kernel, dense_kernel
-def grads(fn, q, k, v, band, d_out):
-    leaves = [x.detach().requires_grad_() for x in (q, k, v, band)]
-    out = fn(*leaves)
-    out.backward(d_out)
-    return [out.detach()] + [x.grad for x in leaves]
-def close(a, b):
-    torch.testing.assert_close(a, b, rtol=0, atol=1e-5 * max(1.0, b.abs().max().item()))
-for t, d, w in ((40, 16, 24), (130, 32, 113), (70, 24, 128), (17, 16, 128), (200, 64, 113)):
-    torch.manual_seed(t)
-    q, k, v, do = (torch.randn(2, 2, t, d) for _ in range(4))
-    band = torch.randn(2, w)
-    out, lse = dense_kernel(q, k, v, F.pad(band, (0, max(t - w, 0)))[:, :t])
-    close(band_bias_grad_triton(q, k, v, out, lse, do, w, d ** -0.5, band),
-          band_bias_grad(q, k, v, out, lse, do, w, d ** -0.5, band))
-dense = lambda q, k, v, b: dense_kernel(q, k, v, F.pad(b, (0, max(q.shape[-2] - b.shape[-1], 0))))[0]
-triton_step = lambda *a: band_attention(*a, kernel=cpu_kernel, step=band_bias_grad_triton)
-for mine, ref in zip(grads(triton_step, q, k, v, band, do), grads(dense, q, k, v, band, do)):
-    close(mine, ref)
-print("ok")
-"""
+def check_triton_step_interpreted():
+    "What the next test runs in a fresh process under Triton's interpreter: the Triton step against the PyTorch step, then the whole path."
+    for t, d, w in ((40, 16, 24), (130, 32, 113), (70, 24, 128), (17, 16, 128), (200, 64, 113)):
+        torch.manual_seed(t)
+        q, k, v, do = (torch.randn(2, 2, t, d) for _ in range(4))
+        band = torch.randn(2, w)
+        out, lse = dense_kernel(q, k, v, F.pad(band, (0, max(t - w, 0)))[:, :t])
+        ref = band_bias_grad(q, k, v, out, lse, do, w, d ** -0.5, band)
+        err = (band_bias_grad_triton(q, k, v, out, lse, do, w, d ** -0.5, band) - ref).abs().max().item()
+        assert err < 1e-5 * max(1.0, ref.abs().max().item()), (t, d, w, err)
+    assert_matches(lambda *a: band_attention(*a, kernel=cpu_kernel, step=band_bias_grad_triton), q, k, v, band, do, 1e-5)
 
 
 @pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="Triton is not installed")
 def test_triton_band_step_equals_the_pytorch_step_under_the_interpreter():
     "The Triton band step in float32 under Triton's interpreter, in a fresh process (Triton picks it when first imported)."
     env = {**os.environ, "TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1"}
-    result = subprocess.run([sys.executable, "-c", INTERPRETED_CHECK], env=env, capture_output=True, text=True, timeout=600)
+    code = "import test_band; test_band.check_triton_step_interpreted(); print('ok')"
+    result = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parent, env=env, capture_output=True,
+                            text=True, timeout=600)
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-3000:]
 
 
