@@ -37,17 +37,17 @@ case $stage in
       2>&1 | tee "$out/tests.log" || rc=$? ;;
   134M)   # Petty's 134M class at its base depth: MFU target 45%, ratio to the reference >= 1.0
     bench --device cuda --size-class 134M --layers 12 --n-ctx 1024 --batch 16 \
-      --attn-impl sdpa,flex,flex-nobiasgrad --steps 10 --rounds 5 --record --json "$out/134M.json" "$@" \
+      --attn-impl band-cudnn-triton,sdpa --steps 10 --rounds 5 --record --json "$out/134M.json" "$@" \
       2>&1 | tee "$out/134M.log" || rc=$? ;;
   374M)   # 374M at 24 layers at the paper's batch (128 x 1024 by accumulation): MFU target 50%, memory < 80 GB
     bench --device cuda --size-class 374M --layers 24 --n-ctx 1024 --batch 16 --paper-batch --parts train \
-      --attn-impl sdpa,flex --steps 2 --warmup 2 --rounds 3 --record --json "$out/374M.json" "$@" \
+      --attn-impl band-cudnn-triton,sdpa --steps 2 --warmup 2 --rounds 3 --record --json "$out/374M.json" "$@" \
       2>&1 | tee "$out/374M.log" || rc=$? ;;
   cogs)   # 41M class (deepest, 7 layers): all 21,000 COGS gen examples, greedy, batched; target <= 2 min
     bench --device cuda --size-class 41M --layers 7 --parts cogs --cogs-tsv "$COGS_TSV" --cogs-batch 512 \
       --record --json "$out/cogs.json" "$@" 2>&1 | tee "$out/cogs.log" || rc=$? ;;
   midas)  # the small preset's stacking study: 41M widths, 12 layers, b=3, Prop-1; wall vs FLOP speedup (>= 90%)
-    bench --device cuda --size-class 41M --layers 12 --n-ctx 1024 --batch 16 --parts midas --attn-impl sdpa \
+    bench --device cuda --size-class 41M --layers 12 --n-ctx 1024 --batch 16 --parts midas \
       --midas-block 3 --midas-steps 1500 --record --json "$out/midas.json" "$@" 2>&1 | tee "$out/midas.log" || rc=$? ;;
   *) echo "gpu.sh: unknown stage $stage; $usage" >&2; exit 2 ;;
 esac

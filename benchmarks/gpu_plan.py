@@ -150,17 +150,15 @@ STAGE_BY_NAME = {s.name: s for s in STAGES}
 # compile), the CUDA tests 92 s, gpu.sh 374M 274 s (per contender a compile, then 6 timed steps of 131,072 tokens:
 # sdpa 42 s + 6 x 3.3 s, flex 64 s + 6 x 15.7 s, the reference 35 s + 6 x 0.84 s). COGS was cut after 221 s with
 # nothing printed: it decodes with both depthnb and the reference, so 300 s is a lower bound. MIDAS is not measured.
-# The attention check's first run (H200, torch 2.11, figures/gpu/gpu_plan/logs/attention.log): the check at both
-# shapes 80 s, `depthnb bench` at 134M (band-cudnn and the reference, compiled, with decoding) 80 s; at 374M with the
-# paper batch it had not printed a result after 6 minutes, nor after 290 s on the warm machine (it now prints a line
-# per contender once it is compiled and warmed up). Estimated from those:
-# - `attention`: the check 80 s and 20 s for its Triton rows added since (two variants per shape, each a second or
-#   two, and the Triton step's first compile), the 134M bench 80 s and its profile (both models compiled again, from
-#   the warm compile cache, 3 profiled steps) 60 s: 260 s.
-# - `attention-374M`: the check at 374M 45 s and the 374M bench, at least 360 s: 480 s, most of a job by itself.
-# - `tests`: the 92 s run plus tests/test_band.py's CUDA kernels (three kernels and two with the Triton step, one
-#   flex compile): 150 s.
-BENCH_SECONDS = {"attention": 260, "attention-374M": 480, "tests": 150, "cogs": 300, "midas": 180}
+# The attention check's first run (H200, torch 2.11): the check at both shapes 80 s, `depthnb bench` at 134M 80 s; its
+# 374M bench (band-cudnn, the band step in PyTorch) had printed nothing after 6 minutes. The second run
+# (figures/gpu/gpu_plan/logs/attention.log, with `--bench-shapes 134M,374M`): the check with the Triton rows 116 s,
+# the 134M bench with its profile 102 s, the 374M bench (band-cudnn-triton and the reference, each compiled and
+# warmed up in 55 s and 37 s) 120 s: 338 s in all. The CUDA tests (`-m gpu`, pytest alone) 182 s. Estimated from those:
+# - `attention`: 116 + 102 s and a margin: 230 s.
+# - `attention-374M`: the check at 374M (half of the 116 s) and the 374M bench 120 s: 200 s.
+# - `tests`: 182 s and the setup: 200 s.
+BENCH_SECONDS = {"attention": 230, "attention-374M": 200, "tests": 200, "cogs": 300, "midas": 180}
 # What the plan adds to gpu.sh's stages: only the CUDA tests (the CPU ones run in `make test`).
 PLAN_BENCH_FLAGS = {"tests": ["-m", "gpu"]}
 

@@ -14,9 +14,9 @@ import torch.nn.functional as F
 from torch.nn.attention.flex_attention import AuxRequest, BlockMask, flex_attention
 
 # %% auto #0
-__all__ = ['KERNELS', 'band_width', 'band_bias_grad', 'causal_bias', 'dense_kernel', 'cpu_kernel', 'cudnn_kernel',
-           'efficient_kernel', 'bias_score_mod', 'flex_kernel', 'band_attention', 'band_step_kernel',
-           'band_bias_grad_triton']
+__all__ = ['HOPPER_FLEX_OPTIONS', 'KERNELS', 'band_width', 'band_bias_grad', 'causal_bias', 'dense_kernel', 'cpu_kernel',
+           'cudnn_kernel', 'efficient_kernel', 'bias_score_mod', 'flex_kernel_options', 'flex_kernel', 'band_attention',
+           'band_step_kernel', 'band_bias_grad_triton']
 
 # %% ../nbs/02g_band.ipynb #ad751b0c
 def band_width(buckets: torch.Tensor, n_buckets: int) -> int | None:
@@ -106,14 +106,29 @@ def bias_score_mod(bias: torch.Tensor):
     return score_mod
 
 
+# FlexAttention's forward configuration on Hopper at head widths of 64 and more (PyTorch's own choice at 128 in
+# releases after 2.11). On an H200 with torch 2.11 the default at width 64 with a float32 bias asked for 245,760 B of
+# shared memory of the 232,448 B a block has and did not compile; this one compiled and ran forward and backward at
+# widths 64, 96 and 128, as the defaults did at 16 and 32 (benchmarks/README.md, "FlexAttention on Hopper").
+HOPPER_FLEX_OPTIONS = {"BLOCK_M": 128, "BLOCK_N": 64, "num_stages": 3, "num_warps": 8}
+
+
+def flex_kernel_options(q: torch.Tensor) -> dict | None:
+    "The FlexAttention kernel options for queries `q` (b, h, t, d): HOPPER_FLEX_OPTIONS on Hopper at d >= 64, else the defaults (None)."
+    if q.device.type != "cuda" or q.shape[-1] < 64 or torch.cuda.get_device_capability(q.device) != (9, 0):
+        return None
+    return HOPPER_FLEX_OPTIONS
+
+
 _compiled_flex = None
 
 
 def flex_kernel(q, k, v, bias, block_mask: BlockMask | None = None, kernel_options: dict | None = None):
-    "FlexAttention with `bias[h, max(i - j, 0)]` added in its `score_mod` under the causal `block_mask`: (out, lse)."
+    """FlexAttention with `bias[h, max(i - j, 0)]` added in its `score_mod` under the causal `block_mask`: (out, lse).
+    `kernel_options` None: `flex_kernel_options(q)`."""
     global _compiled_flex
     kwargs = dict(score_mod=bias_score_mod(bias), block_mask=block_mask, return_aux=AuxRequest(lse=True),
-                  kernel_options=kernel_options)
+                  kernel_options=flex_kernel_options(q) if kernel_options is None else kernel_options)
     if torch.compiler.is_compiling():
         out, aux = flex_attention(q, k, v, **kwargs)
     else:

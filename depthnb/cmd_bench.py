@@ -15,6 +15,7 @@ import torch
 
 from .tools.bench import format_result, record, run_bench
 from .commands import CommandParser, UsageError, choices
+from .config import CUDA_ATTN_IMPL
 from .presets import SIZE_CLASSES
 from .tools.scenarios import (ATTN_VARIANTS, CPU_COMPILE_MIN_STEPS, PRESET_CLASSES, BenchConfig, bench_cogs,
                                bench_midas, cogs_lengths, guarded, memory_check, paper_batch,
@@ -40,7 +41,7 @@ def _parser() -> CommandParser:
     ap.add_argument("--paper-batch", action="store_true", help="accumulate to the paper's 128 sequences per step")
     ap.add_argument("--memory-budget-gb", type=float, default=80.0, help="budget for --paper-batch (default 80)")
     ap.add_argument("--attn-impl", default=None, help=f"comma-separated depthnb contenders, of {list(ATTN_VARIANTS)} "
-                    "(default: sdpa,flex on CUDA, sdpa on CPU)")
+                    "(default: band-cudnn-triton,sdpa on CUDA, what attn_impl=auto runs there and the dense path; sdpa on CPU)")
     ap.add_argument("--no-reference", dest="reference", action="store_false", help="skip the reference model")
     ap.add_argument("--compile", dest="compile", action="store_true", default=None, help="torch.compile the trained models (default: on CUDA, and on the CPU for runs "
                     f"of >= {CPU_COMPILE_MIN_STEPS} steps)")
@@ -70,7 +71,7 @@ def bench_config_from_args(args) -> BenchConfig:
     "A `BenchConfig` from parsed arguments: device-dependent defaults, then the flags given."
     cuda = torch.device(args.device).type == "cuda"
     base = BenchConfig(device=args.device) if cuda else BenchConfig(device=args.device, **CPU_DEFAULTS)
-    impls = args.attn_impl or ("sdpa,flex" if cuda else "sdpa")
+    impls = args.attn_impl or (f"{CUDA_ATTN_IMPL},sdpa" if cuda else "sdpa")
     given = {k: v for k, v in dict(size_class=args.size_class, n_layers=args.n_layers, n_ctx=args.n_ctx,
                                    batch=args.batch, accum=args.accum, bf16=args.bf16, compile=args.compile,
                                    compile_mode=args.compile_mode, steps=args.steps, warmup=args.warmup,

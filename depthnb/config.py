@@ -13,15 +13,26 @@ from dataclasses import dataclass, field, fields, is_dataclass, replace
 from typing import Any
 
 # %% auto #0
-__all__ = ['BAND_IMPLS', 'LLAMA_MIXTURE', 'UL2_RESERVED_IDS', 'STACK_METHODS', 'STACK_RUNS', 'ModelConfig', 'check_choice',
-           'check_range', 'DataConfig', 'PretrainConfig', 'reserved_ids', 'BatchSplitError', 'split_batch',
-           'FinetuneConfig', 'check_block_size', 'StackConfig', 'PrimitiveConfig', 'SizeClass', 'Preset', 'field_names',
-           'parse_value', 'override', 'to_dict', 'from_dict', 'config_diff']
+__all__ = ['BAND_IMPLS', 'CUDA_ATTN_IMPL', 'LLAMA_MIXTURE', 'UL2_RESERVED_IDS', 'STACK_METHODS', 'STACK_RUNS', 'KERNEL_FIELDS',
+           'resolve_attn_impl', 'ModelConfig', 'check_choice', 'check_range', 'DataConfig', 'PretrainConfig',
+           'reserved_ids', 'BatchSplitError', 'split_batch', 'FinetuneConfig', 'check_block_size', 'StackConfig',
+           'PrimitiveConfig', 'SizeClass', 'Preset', 'field_names', 'parse_value', 'override', 'to_dict', 'from_dict',
+           'config_diff']
 
 # %% ../nbs/00_config.ipynb #d3b67e83
 # band attention (nbs/02g_band.ipynb) with the fused kernel named after "band-" and, with "-triton", the band step
 # in Triton instead of PyTorch; on the CPU, SDPA's CPU kernel and the PyTorch step
 BAND_IMPLS = ("band-flex", "band-cudnn", "band-efficient", "band-flex-triton", "band-cudnn-triton")
+# what attn_impl="auto" runs on CUDA: the fastest correct variant of benchmarks/attention_check.py at 134M and 374M
+# on an H200, and in `depthnb bench` at both sizes far faster than "sdpa" (benchmarks/RESULTS.md)
+CUDA_ATTN_IMPL = "band-cudnn-triton"
+
+
+def resolve_attn_impl(impl: str, device_type: str) -> str:
+    "The variant that `attn_impl=impl` runs on a `device_type` ('cuda', 'cpu', ...) device: 'auto' is CUDA_ATTN_IMPL on CUDA, 'sdpa' elsewhere."
+    if impl != "auto":
+        return impl
+    return CUDA_ATTN_IMPL if device_type == "cuda" else "sdpa"
 
 
 @dataclass
@@ -41,12 +52,13 @@ class ModelConfig:
     share_layers: bool = False  # one set of layer weights applied n_layers times (looped model)
     norm_eps: float = 1e-6
     init_std: float = 0.02
-    # "sdpa" (any device), "flex" (FlexAttention, CUDA) or a BAND_IMPLS kernel (band attention, nbs/02g_band.ipynb)
-    attn_impl: str = "sdpa"
+    # "auto" (`resolve_attn_impl`: band attention on CUDA, SDPA elsewhere), "sdpa" (any device), "flex"
+    # (FlexAttention, CUDA) or a BAND_IMPLS kernel (band attention, nbs/02g_band.ipynb)
+    attn_impl: str = "auto"
 
     def __post_init__(self):
         check_choice("ModelConfig.pos_emb", self.pos_emb, ("t5", "rope"))
-        check_choice("ModelConfig.attn_impl", self.attn_impl, ("sdpa", "flex", *BAND_IMPLS))
+        check_choice("ModelConfig.attn_impl", self.attn_impl, ("auto", "sdpa", "flex", *BAND_IMPLS))
         for name in ("d_model", "d_attn", "n_heads", "d_ff", "n_layers", "n_vocab", "n_ctx"):
             check_range(f"ModelConfig.{name}", getattr(self, name), lo=1)
         if self.d_attn % self.n_heads:
@@ -356,11 +368,15 @@ def from_dict(cls, data: dict):
     return cls(**kwargs)
 
 
+KERNEL_FIELDS = ("attn_impl",)  # choose how a model computes, not what: runs that differ only here are the same run
+
+
 def config_diff(a: dict, b: dict, prefix: str = "", new_fields_ok: bool = False) -> list[str]:
-    """Dotted names of the fields whose values differ between two `to_dict` outputs. With `new_fields_ok`, a field
-    that `a` lacks (a record written before the field existed, whose default keeps the old behaviour) is no difference."""
+    """Dotted names of the fields whose values differ between two `to_dict` outputs, KERNEL_FIELDS aside. With
+    `new_fields_ok`, a field that `a` lacks (a record written before the field existed, whose default keeps the old
+    behaviour) is no difference."""
     out = []
-    for key in sorted((set(a) | set(b)) - (set(b) - set(a) if new_fields_ok else set())):
+    for key in sorted((set(a) | set(b)) - (set(b) - set(a) if new_fields_ok else set()) - set(KERNEL_FIELDS)):
         va, vb = a.get(key, "<missing>"), b.get(key, "<missing>")
         if isinstance(va, dict) and isinstance(vb, dict):
             out += config_diff(va, vb, f"{prefix}{key}.", new_fields_ok)

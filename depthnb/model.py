@@ -17,7 +17,7 @@ from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex
 from torch.utils.checkpoint import checkpoint
 
 from .band import KERNELS, band_attention, band_bias_grad, band_bias_grad_triton, band_width, cpu_kernel
-from .config import BAND_IMPLS, ModelConfig
+from .config import BAND_IMPLS, ModelConfig, resolve_attn_impl
 from .inference import KVCache, greedy_generate
 
 # %% auto #0
@@ -248,13 +248,14 @@ class DecoderLM(nn.Module):
                 nn.init.normal_(getattr(module, name).weight, mean=0.0, std=std / math.sqrt(2 * self.cfg.n_layers))
 
     def _band_width(self) -> int | None:
-        "The band of the shifted bias for `attn_impl='band-*'`, checked for every distance below n_ctx (None: dense path)."
+        "The band of the shifted bias for `attn_impl='band-*'` or `'auto'`, checked for every distance below n_ctx (None: dense path)."
         cfg = self.cfg
-        if cfg.attn_impl not in BAND_IMPLS or self.rel_bias is None:
+        if (cfg.attn_impl not in BAND_IMPLS and cfg.attn_impl != "auto") or self.rel_bias is None:
             return None
-        buckets = relative_position_bucket(torch.arange(cfg.n_ctx), cfg.rel_buckets, cfg.rel_max_distance)
+        # on the CPU also where the model is built on the meta device (FSDP2, the plan's memory checks)
+        buckets = relative_position_bucket(torch.arange(cfg.n_ctx, device="cpu"), cfg.rel_buckets, cfg.rel_max_distance)
         width = band_width(buckets, cfg.rel_buckets)
-        if width is None:
+        if width is None and cfg.attn_impl != "auto":  # "auto" takes the dense path on its own
             warnings.warn(f"attn_impl={cfg.attn_impl!r}: with rel_buckets={cfg.rel_buckets} and rel_max_distance="
                           f"{cfg.rel_max_distance} no distance below n_ctx={cfg.n_ctx} is in the last bucket for good, so "
                           "the bias has no band: the exact dense path is used", stacklevel=3)
@@ -337,21 +338,23 @@ def band_mask(model: DecoderLM, n: int, device) -> BandMask:
     band = rel.by_distance(model.band_width, device) - rel.table.weight[-1][:, None]
     if torch.device(device).type != "cuda":
         return BandMask(band, cpu_kernel)
-    kernel = model.cfg.attn_impl.removeprefix("band-").removesuffix("-triton")
-    step = band_bias_grad_triton if model.cfg.attn_impl.endswith("-triton") else band_bias_grad
+    impl = resolve_attn_impl(model.cfg.attn_impl, "cuda")
+    kernel = impl.removeprefix("band-").removesuffix("-triton")
+    step = band_bias_grad_triton if impl.endswith("-triton") else band_bias_grad
     return BandMask(band, KERNELS[kernel], causal_block_mask(n, device) if kernel == "flex" else None, step)
 
 
 def layer_mask(model: DecoderLM, q_pos, k_pos, key_padding=None, dtype=torch.float32, prefix_len=None):
     "What every layer attends with: a `FlexMask`, `BandMask`, `CAUSAL`, the additive `attention_mask_bias`, or (a prefix) `PrefixMask`."
+    impl = resolve_attn_impl(model.cfg.attn_impl, q_pos.device.type)
     if prefix_len is not None:
-        if key_padding is None and model.cfg.attn_impl == "flex" and q_pos.device.type == "cuda":
+        if key_padding is None and impl == "flex" and q_pos.device.type == "cuda":
             return flex_mask(model, len(q_pos), q_pos.device, prefix_len)
         return PrefixMask(attention_mask_bias(model, q_pos, k_pos, key_padding, dtype, prefix_len))
     if key_padding is None and len(q_pos) == len(k_pos):  # no padding, no cached prefix
-        if model.cfg.attn_impl == "flex" and q_pos.device.type == "cuda":
+        if impl == "flex" and q_pos.device.type == "cuda":
             return flex_mask(model, len(q_pos), q_pos.device)
-        if model.band_width is not None:
+        if impl in BAND_IMPLS and model.band_width is not None:
             return band_mask(model, len(q_pos), q_pos.device)
         if model.rel_bias is None:
             return CAUSAL

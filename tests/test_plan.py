@@ -144,7 +144,7 @@ def test_measured_mfu_reads_results_md(tmp_path):
     section = ("### 2026-12-01T00:00:00+00:00 · {dev} · 134M × 12 layers\n\n- hardware: {dev}\n\n"
                "| name          |   tokens_per_s |   step_ms | mfu_%   | peak_mem_GB   |\n"
                "|:--------------|---------------:|----------:|:--------|:--------------|\n"
-               "| depthnb[sdpa] |        400,000 |      80.1 | {mfu}   | 30.2          |\n"
+               "| depthnb[band-cudnn-triton] |        400,000 |      80.1 | {mfu}   | 30.2          |\n"
                "| reference     |        380,000 |      84.0 | 33.0    | 31.0          |\n\n")
     results.write_text("# Benchmark results\n\n" + section.format(dev="CPU", mfu="–")
                        + section.format(dev="NVIDIA H100 80GB HBM3", mfu="35.5")
@@ -153,7 +153,7 @@ def test_measured_mfu_reads_results_md(tmp_path):
     assert mfu == pytest.approx(0.4125) and "H100" in header  # the newest
     assert measured_mfu(GPUS["h200"], "134M", results=results) is None
     assert measured_mfu(GPUS["h100"], "374M", results=results) is None  # another size class: no record
-    assert measured_mfu(GPUS["h100"], "134M", "depthnb[band-flex]", results=results) is None  # another attention
+    assert measured_mfu(GPUS["h100"], "134M", "depthnb[sdpa]", results=results) is None  # another attention
     assert measured_mfu(GPUS["h100"], "134M", results=tmp_path / "none.md") is None
     out = format_plan("paper", 8, "h100", results=results)  # each size class: its record, or assumed
     assert "MFU 41.2% for 134M, measured: benchmarks/RESULTS.md" in out

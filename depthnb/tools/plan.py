@@ -13,7 +13,8 @@ from typing import NamedTuple
 
 import pandas as pd
 
-from ..config import BAND_IMPLS, STACK_RUNS, BatchSplitError, ModelConfig, Preset, override, split_batch
+from ..config import (BAND_IMPLS, CUDA_ATTN_IMPL, STACK_RUNS, BatchSplitError, ModelConfig, Preset, override, resolve_attn_impl,
+                            split_batch)
 from ..presets import STACK_STUDIES, get_preset, preset_depths, repo_root, resolve_size_class
 from ..solver import flops_per_token, layer_params
 from ..runspecs import RunSpec, family_run, stack_run
@@ -79,9 +80,10 @@ def position_activation_bytes(cfg: ModelConfig, n_ctx: int, checkpoint: bool = F
     layers = 1 if checkpoint else cfg.n_layers
     if cfg.pos_emb == "rope":
         return layers * 4 * n_ctx * (cfg.d_attn // cfg.n_heads)  # cos and sin for q and k, bf16, per layer
-    if cfg.attn_impl in ("flex", "band-flex"):
+    impl = resolve_attn_impl(cfg.attn_impl, "cuda")  # a plan is for GPUs
+    if impl in ("flex", "band-flex", "band-flex-triton"):
         return 4 * cfg.n_heads * n_ctx  # the bias by distance, read inside the kernel
-    if cfg.attn_impl in BAND_IMPLS:  # SDPA's kernels read a dense bias: detached, in bf16, built once per pass
+    if impl in BAND_IMPLS:  # SDPA's kernels read a dense bias: detached, in bf16, built once per pass
         return 2 * cfg.n_heads * n_ctx ** 2
     return 4 * cfg.n_heads * n_ctx ** 2 + layers * 2 * cfg.n_heads * n_ctx ** 2  # fp32 mask; each layer's bf16 cast
 
@@ -200,7 +202,7 @@ def study_runs(preset: Preset | str) -> list[PlannedRun]:
     return [r for r in runs if r is not None]
 
 # %% ../../nbs/90_plan.ipynb #9b4ae4bc
-def measured_mfu(gpu: GPU, size_class: str, contender: str = "depthnb[sdpa]",
+def measured_mfu(gpu: GPU, size_class: str, contender: str = f"depthnb[{CUDA_ATTN_IMPL}]",
                  results: Path | str | None = None) -> tuple[float, str] | None:
     """The newest MFU that `benchmarks/RESULTS.md` records for `contender` training `size_class` (any depth) on `gpu`:
     (MFU, section header), or None."""
@@ -227,7 +229,7 @@ def run_mfu(run: PlannedRun, gpu: GPU, mfu: float | None = None, results: Path |
     "The MFU a run's GPU-hours are computed at, and where it comes from: given, measured (the record), or assumed."
     if mfu is not None:
         return mfu, "given"
-    measured = measured_mfu(gpu, run.size_class, f"depthnb[{run.model.attn_impl}]", results)
+    measured = measured_mfu(gpu, run.size_class, f"depthnb[{resolve_attn_impl(run.model.attn_impl, 'cuda')}]", results)
     return (measured[0], f"measured: {measured[1]}") if measured else (ASSUMED_MFU, "assumed")
 
 
