@@ -91,6 +91,7 @@ def backend(name: str, q, k, v, view) -> str:
         if q.device.type == "cpu":
             return "cpu (SDPA flash, CPU) + band step (PyTorch)"
         kernel = name.removeprefix("band-").removesuffix("-triton")
+        kernel = "cudnn split (near with bias, far causal)" if kernel == "split" else kernel
         return f"{kernel} + band step ({'Triton' if name.endswith('-triton') else 'PyTorch'})"
     if name == "flex-nobiasgrad":
         return "flex"

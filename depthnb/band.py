@@ -15,8 +15,8 @@ from torch.nn.attention.flex_attention import AuxRequest, BlockMask, flex_attent
 
 # %% auto #0
 __all__ = ['HOPPER_FLEX_OPTIONS', 'KERNELS', 'band_width', 'band_bias_grad', 'causal_bias', 'dense_kernel', 'cpu_kernel',
-           'cudnn_kernel', 'efficient_kernel', 'bias_score_mod', 'flex_kernel_options', 'flex_kernel', 'band_attention',
-           'band_step_kernel', 'band_bias_grad_triton']
+           'cudnn_kernel', 'efficient_kernel', 'bias_score_mod', 'flex_kernel_options', 'flex_kernel', 'split_span',
+           'split_kernel', 'band_attention', 'band_step_kernel', 'band_bias_grad_triton']
 
 # %% ../nbs/02g_band.ipynb #ad751b0c
 def band_width(buckets: torch.Tensor, n_buckets: int) -> int | None:
@@ -138,8 +138,117 @@ def flex_kernel(q, k, v, bias, block_mask: BlockMask | None = None, kernel_optio
     return out, aux.lse
 
 
+# %% ../nbs/02g_band.ipynb #b077658e
+def split_span(width: int) -> int:
+    "The near part's span S of `split_kernel` for a band of `width`: the smallest multiple of 128 that covers it."
+    return 128 * max(1, -(-width // 128))
+
+
+def _fused_forward(q, k, v, bias, causal: bool):
+    """SDPA's fused kernel (cuDNN on CUDA, the flash kernel on the CPU), with the additive `bias` (None: none) and
+    optionally its causal mask: (out, lse (b, h, t), the tensors and the rest that `_fused_backward` needs)."""
+    if q.device.type == "cuda":
+        out, lse, cum_q, cum_k, max_q, max_k, seed, offset = torch.ops.aten._scaled_dot_product_cudnn_attention(
+            q, k, v, bias, True, 0.0, causal, False)[:8]
+        return out, lse.reshape(q.shape[:3]), (cum_q, cum_k, seed, offset), (lse.shape, max_q, max_k)
+    out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, causal, attn_mask=bias)
+    return out, lse, (), ()
+
+
+def _fused_backward(d_out, q, k, v, out, lse, bias, causal: bool, tensors, meta):
+    """Gradients of q, k, v of `_fused_forward`'s attention, differentiated at the output `out` and log-sum-exp `lse`
+    of a softmax over more keys than `k` holds: this part's share of them."""
+    if q.device.type == "cuda":
+        (cum_q, cum_k, seed, offset), (shape, max_q, max_k) = tensors, meta
+        return torch.ops.aten._scaled_dot_product_cudnn_attention_backward(
+            d_out, q, k, v, out, lse.reshape(shape), seed, offset, bias, cum_q, cum_k, max_q, max_k, 0.0, causal)
+    return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
+        d_out, q, k, v, out, lse, 0.0, causal, attn_mask=bias)
+
+
+def _windows(x, span: int):
+    "(b, h, T, d) -> (b, h·n, 2·span, d): each block of `span` positions after the block before it (zeros before 0)."
+    b, h, t, d = x.shape
+    prev = F.pad(x, (0, 0, span, 0))[:, :, :t]
+    return torch.cat([prev.view(b, h, -1, span, d), x.view(b, h, -1, span, d)], 3).view(b, -1, 2 * span, d)
+
+
+def _near_bias(bias, span: int, n: int, dtype):
+    """(1, h·n, span, 2·span): for query r of a block and key c of its window, bias[h, span + r - c] on distances
+    0 … span-1, -inf elsewhere and on the first block's (missing) previous block."""
+    r, c = torch.arange(span, device=bias.device)[:, None], torch.arange(2 * span, device=bias.device)
+    dist = span + r - c
+    near = F.pad(bias, (0, max(span - bias.shape[-1], 0)))[:, dist.clamp(0, span - 1)]
+    near = near.masked_fill((dist < 0) | (dist >= span), float("-inf")).to(dtype)
+    near = near[:, None].repeat(1, n, 1, 1)
+    near[:, 0, :, :span] = float("-inf")
+    return near.view(1, -1, span, 2 * span)
+
+
+class _SplitAttention(torch.autograd.Function):
+    "Causal attention with a bias zero from distance `span` on, as a near and a far fused call merged by log-sum-exp."
+    @staticmethod
+    def forward(ctx, q, k, v, bias, span):
+        b, h, t, d = q.shape
+        n = -(-t // span)
+        qp, kp, vp = (F.pad(x, (0, 0, 0, n * span - t)).contiguous() for x in (q, k, v))
+        near_bias = _near_bias(bias, span, n, q.dtype)
+        out_n, lse_n, tn, mn = _fused_forward(qp.view(b, -1, span, d), _windows(kp, span), _windows(vp, span),
+                                              near_bias, False)
+        acc = torch.promote_types(q.dtype, torch.float32)
+        out, lse = out_n.view(b, h, -1, d).to(acc), lse_n.reshape(b, h, -1).to(acc)
+        tf, mf = (), None
+        if n > 1:
+            out_f, lse_f, tf, mf = _fused_forward(*(x.contiguous() for x in (qp[:, :, span:], kp[:, :, :-span],
+                                                                          vp[:, :, :-span])), None, True)
+            lse_all = lse.clone()
+            lse_all[..., span:] = torch.logaddexp(lse[..., span:], lse_f.to(acc))
+            out = out * (lse - lse_all).exp()[..., None]
+            out[:, :, span:] += out_f.to(acc) * (lse_f.to(acc) - lse_all[..., span:]).exp()[..., None]
+            lse = lse_all
+        out = out.to(q.dtype)
+        ctx.save_for_backward(qp, kp, vp, near_bias, out, lse, *tn, *tf)  # tensors through save_for_backward
+        ctx.span, ctx.t, ctx.lse_dtype, ctx.meta, ctx.n_near = span, t, lse_n.dtype, (mn, mf), len(tn)
+        lse_out = lse[..., :t].contiguous()
+        ctx.mark_non_differentiable(lse_out)
+        return out[:, :, :t], lse_out
+
+    @staticmethod
+    def backward(ctx, d_out, _):
+        qp, kp, vp, near_bias, out, lse, *states = ctx.saved_tensors
+        span, (mn, mf) = ctx.span, ctx.meta
+        tn, tf = states[:ctx.n_near], states[ctx.n_near:]
+        b, h, tp, d = qp.shape
+        d_out = F.pad(d_out, (0, 0, 0, tp - ctx.t)).to(qp.dtype).contiguous()
+        lse = lse.to(ctx.lse_dtype)
+        dq, dkw, dvw = _fused_backward(d_out.view(b, -1, span, d), qp.view(b, -1, span, d), _windows(kp, span),
+                                       _windows(vp, span), out.view(b, -1, span, d), lse.view(b, -1, span),
+                                       near_bias, False, tn, mn)
+        dq = dq.reshape(b, h, tp, d).clone()
+        dk, dv = (x.reshape(b, h, -1, 2 * span, d) for x in (dkw, dvw))
+        dk, dv = dk[..., span:, :].clone(), dv[..., span:, :].clone()  # each block's own keys ...
+        dk[:, :, :-1] += dkw.reshape(b, h, -1, 2 * span, d)[:, :, 1:, :span]  # ... and as the next block's previous
+        dv[:, :, :-1] += dvw.reshape(b, h, -1, 2 * span, d)[:, :, 1:, :span]
+        dk, dv = dk.reshape(b, h, tp, d), dv.reshape(b, h, tp, d)
+        if mf is not None:
+            far = (d_out[:, :, span:], qp[:, :, span:], kp[:, :, :-span], vp[:, :, :-span], out[:, :, span:],
+                   lse[..., span:])
+            dqf, dkf, dvf = _fused_backward(*(x.contiguous() for x in far), None, True, tf, mf)
+            dq[:, :, span:] += dqf
+            dk[:, :, :-span] += dkf
+            dv[:, :, :-span] += dvf
+        t = ctx.t
+        return dq[:, :, :t], dk[:, :, :t], dv[:, :, :t], None, None
+
+
+def split_kernel(q, k, v, bias, block_mask=None, span: int = 128):
+    """Causal attention with `bias` by distance, zero from distance `span` on (`split_span` of the band), as a near
+    and a far fused call (cuDNN on CUDA, flash on the CPU) merged by their log-sum-exps: (out, lse)."""
+    return _SplitAttention.apply(q, k, v, bias.detach(), span)
+
+
 KERNELS: dict[str, Callable] = {"flex": flex_kernel, "cudnn": cudnn_kernel, "efficient": efficient_kernel,
-                                "cpu": cpu_kernel, "dense": dense_kernel}
+                                "split": split_kernel, "cpu": cpu_kernel, "dense": dense_kernel}
 
 # %% ../nbs/02g_band.ipynb #f58c1f1d
 class _BandBiasGrad(torch.autograd.Function):
@@ -164,6 +273,8 @@ def band_attention(q, k, v, band: torch.Tensor, kernel: Callable = dense_kernel,
     `step` (`band_bias_grad` or `band_bias_grad_triton`)."""
     t = q.shape[-2]
     flat = F.pad(band.detach(), (0, max(t - band.shape[-1], 0)))[:, :t].contiguous()
+    if kernel is split_kernel:  # its near part must cover the band
+        kernel_kwargs = {"span": split_span(band.shape[-1]), **kernel_kwargs}
     out, lse = kernel(q, k, v, flat, block_mask, **kernel_kwargs)
     if not (band.requires_grad and torch.is_grad_enabled()):
         return out

@@ -22,7 +22,8 @@ __all__ = ['BAND_IMPLS', 'CUDA_ATTN_IMPL', 'LLAMA_MIXTURE', 'UL2_RESERVED_IDS', 
 # %% ../nbs/00_config.ipynb #d3b67e83
 # band attention (nbs/02g_band.ipynb) with the fused kernel named after "band-" and, with "-triton", the band step
 # in Triton instead of PyTorch; on the CPU, SDPA's CPU kernel and the PyTorch step
-BAND_IMPLS = ("band-flex", "band-cudnn", "band-efficient", "band-flex-triton", "band-cudnn-triton")
+BAND_IMPLS = ("band-flex", "band-cudnn", "band-efficient", "band-split", "band-flex-triton", "band-cudnn-triton",
+              "band-split-triton")
 # what attn_impl="auto" runs on CUDA: the fastest correct variant of benchmarks/attention_check.py at 134M and 374M
 # on an H200, and in `depthnb bench` at both sizes far faster than "sdpa" (benchmarks/RESULTS.md)
 CUDA_ATTN_IMPL = "band-cudnn-triton"

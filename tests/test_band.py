@@ -46,7 +46,7 @@ def test_head_widths_cover_the_size_classes():
     assert min(HEAD_WIDTHS) == 16 and max(HEAD_WIDTHS) == 128, HEAD_WIDTHS
 
 
-@pytest.mark.parametrize("kernel", ["dense", "cpu"])
+@pytest.mark.parametrize("kernel", ["dense", "cpu", "split"])
 @pytest.mark.parametrize("dtype, eps", [(torch.float64, 1e-12), (torch.float32, 1e-5)])
 @pytest.mark.parametrize("t", [37, 128, 300])  # shorter than the band, one query block, not a multiple of it
 def test_band_equals_dense(kernel, dtype, eps, t):
@@ -55,6 +55,24 @@ def test_band_equals_dense(kernel, dtype, eps, t):
         q, k, v, d_out = (torch.randn(2, 3, t, d, dtype=dtype) for _ in range(4))
         band = torch.randn(3, 113, dtype=dtype)
         assert_matches(lambda *a: band_attention(*a, kernel=KERNELS[kernel]), q, k, v, band, d_out, eps)
+
+
+def test_split_kernel_covers_a_band_wider_than_its_block():
+    "A band of 200 distances: the near part spans 256 (split_span), so the far part still needs no bias."
+    torch.manual_seed(3)
+    q, k, v, d_out = (torch.randn(1, 2, 600, 16, dtype=torch.float64) for _ in range(4))
+    band = torch.randn(2, 200, dtype=torch.float64)
+    assert_matches(lambda *a: band_attention(*a, kernel=KERNELS["split"]), q, k, v, band, d_out, 1e-12)
+
+
+@pytest.mark.slow  # compiling: ~15 s on two cores
+def test_split_kernel_compiles_whole():
+    "torch.compile traces the split kernel's forward and backward in one graph (as a compiled model calls it on CUDA)."
+    torch.manual_seed(4)
+    q, k, v, d_out = (torch.randn(1, 2, 300, 16) for _ in range(4))
+    band = torch.randn(2, 113)
+    compiled = torch.compile(lambda *a: band_attention(*a, kernel=KERNELS["split"]), fullgraph=True)
+    assert_matches(compiled, q, k, v, band, d_out, 1e-5)
 
 
 def test_bucket_fact_for_every_preset_context():
@@ -161,7 +179,7 @@ def test_triton_band_step_compiles_for_hopper():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("impl", ["flex", "cudnn", "efficient", "flex-triton", "cudnn-triton"])
+@pytest.mark.parametrize("impl", ["flex", "cudnn", "efficient", "split", "flex-triton", "cudnn-triton", "split-triton"])
 def test_cuda_kernels_match_fp32_dense(impl):
     "On CUDA, in bf16: each fused kernel's values and gradients (the band step's in PyTorch or Triton) against the fp32 dense path."
     from depthnb.model import causal_block_mask
