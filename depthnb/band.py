@@ -224,7 +224,7 @@ class _SplitAttention(torch.autograd.Function):
         dq, dkw, dvw = _fused_backward(d_out.view(b, -1, span, d), qp.view(b, -1, span, d), _windows(kp, span),
                                        _windows(vp, span), out.view(b, -1, span, d), lse.view(b, -1, span),
                                        near_bias, False, tn, mn)
-        dq = dq.reshape(b, h, tp, d).clone()
+        dq = dq.reshape(b, h, tp, d)
         dk, dv = (x.reshape(b, h, -1, 2 * span, d) for x in (dkw, dvw))
         dk, dv = dk[..., span:, :].clone(), dv[..., span:, :].clone()  # each block's own keys ...
         dk[:, :, :-1] += dkw.reshape(b, h, -1, 2 * span, d)[:, :, 1:, :span]  # ... and as the next block's previous

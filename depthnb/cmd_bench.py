@@ -41,7 +41,7 @@ def _parser() -> CommandParser:
     ap.add_argument("--paper-batch", action="store_true", help="accumulate to the paper's 128 sequences per step")
     ap.add_argument("--memory-budget-gb", type=float, default=80.0, help="budget for --paper-batch (default 80)")
     ap.add_argument("--attn-impl", default=None, help=f"comma-separated depthnb contenders, of {list(ATTN_VARIANTS)} "
-                    "(default: band-cudnn-triton,sdpa on CUDA, what attn_impl=auto runs there and the dense path; sdpa on CPU)")
+                    f"(default: {CUDA_ATTN_IMPL},sdpa on CUDA: attn_impl=auto's and the dense path; sdpa on CPU)")
     ap.add_argument("--no-reference", dest="reference", action="store_false", help="skip the reference model")
     ap.add_argument("--compile", dest="compile", action="store_true", default=None, help="torch.compile the trained models (default: on CUDA, and on the CPU for runs "
                     f"of >= {CPU_COMPILE_MIN_STEPS} steps)")

@@ -8,13 +8,14 @@ import pytest
 import torch
 
 from depthnb.presets import PRESETS, SAUNSHI_CLASSES, SAUNSHI_TABLE1, STACK_STUDIES
-from depthnb.config import ModelConfig, override, reserved_ids
+from depthnb.config import CUDA_ATTN_IMPL, ModelConfig, override, reserved_ids
 from depthnb.devices import PEAK_FLOPS
 from depthnb.model import DecoderLM
 from depthnb.optim import make_optimizer
 from depthnb.cmd_plan import cli_plan
-from depthnb.tools.plan import (GPUS, USABLE_MEMORY, GiB, activation_bytes, format_plan, family_runs, matmul_params,
-                                measured_mfu, memory_per_gpu, n_params, optimizer_state_bytes, plan_table, study_runs)
+from depthnb.tools.plan import (GPUS, USABLE_MEMORY, GiB, activation_bytes, format_plan, family_runs, gpu_attn_impl,
+                                matmul_params, measured_mfu, memory_per_gpu, n_params, optimizer_state_bytes, plan_table,
+                                position_activation_bytes, study_runs)
 from depthnb.schedules import SAUNSHI_MODELS, TABLE1_SPEEDUPS, speedup
 from depthnb.solver import layer_params, model_config, model_params
 from depthnb.runspecs import pretrain_config, stack_pretrain_config
@@ -196,3 +197,12 @@ class _nothing:
 
     def __exit__(self, *exc):
         return False
+
+
+def test_prefix_lm_runs_are_planned_on_the_dense_path():
+    "attn_impl='auto' plans band attention on a GPU, except for UL2's prefix-LM batches, which take the dense path."
+    cfg = ModelConfig()
+    assert gpu_attn_impl(cfg) == CUDA_ATTN_IMPL and gpu_attn_impl(cfg, prefix_lm=True) == "sdpa"
+    dense = position_activation_bytes(ModelConfig(attn_impl="sdpa"), 1024)
+    assert position_activation_bytes(cfg, 1024, prefix_lm=True) == dense > position_activation_bytes(cfg, 1024)
+    assert all(r.prefix_lm for r in study_runs("saunshi")) and not any(r.prefix_lm for r in family_runs("paper"))

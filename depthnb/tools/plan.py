@@ -13,17 +13,18 @@ from typing import NamedTuple
 
 import pandas as pd
 
-from ..config import (BAND_IMPLS, CUDA_ATTN_IMPL, STACK_RUNS, BatchSplitError, ModelConfig, Preset, override, resolve_attn_impl,
-                            split_batch)
+from ..config import (BAND_IMPLS, CUDA_ATTN_IMPL, STACK_RUNS, BatchSplitError, ModelConfig, Preset, override,
+                            resolve_attn_impl, split_batch)
 from ..presets import STACK_STUDIES, get_preset, preset_depths, repo_root, resolve_size_class
 from ..solver import flops_per_token, layer_params
 from ..runspecs import RunSpec, family_run, stack_run
 
 # %% auto #0
 __all__ = ['OPTIMIZER_STATE', 'GPUS', 'USABLE_MEMORY', 'ASSUMED_MFU', 'GiB', 'param_shapes', 'n_params', 'matmul_params',
-           'optimizer_state_bytes', 'layer_activation_bytes', 'head_activation_bytes', 'position_activation_bytes',
-           'activation_bytes', 'GPU', 'fsdp_gathered_bytes', 'memory_per_gpu', 'PlannedRun', 'family_runs',
-           'study_runs', 'measured_mfu', 'run_mfu', 'plan_table', 'memory_table', 'format_plan']
+           'optimizer_state_bytes', 'layer_activation_bytes', 'head_activation_bytes', 'gpu_attn_impl',
+           'position_activation_bytes', 'activation_bytes', 'GPU', 'fsdp_gathered_bytes', 'memory_per_gpu',
+           'PlannedRun', 'family_runs', 'study_runs', 'measured_mfu', 'run_mfu', 'plan_table', 'memory_table',
+           'format_plan']
 
 # %% ../../nbs/90_plan.ipynb #733bf4e5
 def param_shapes(cfg: ModelConfig) -> list[tuple[int, ...]]:
@@ -75,28 +76,37 @@ def head_activation_bytes(cfg: ModelConfig) -> tuple[int, int]:
     return saved, 2 * v + 4 * v + 4 * v  # the bf16 logits, the log-probs' and the logits' fp32 gradients
 
 
-def position_activation_bytes(cfg: ModelConfig, n_ctx: int, checkpoint: bool = False) -> int:
+def gpu_attn_impl(cfg: ModelConfig, prefix_lm: bool = False) -> str:
+    "The attention a run of `cfg` trains with on a GPU: `attn_impl` resolved for CUDA; the dense 'sdpa' path for prefix-LM batches, which band attention does not take."
+    impl = resolve_attn_impl(cfg.attn_impl, "cuda")
+    return "sdpa" if prefix_lm and impl in BAND_IMPLS else impl
+
+
+def position_activation_bytes(cfg: ModelConfig, n_ctx: int, checkpoint: bool = False, prefix_lm: bool = False) -> int:
     "Bytes of the position encoding per micro-batch (it does not grow with the batch; `checkpoint`: one layer's copy)."
     layers = 1 if checkpoint else cfg.n_layers
     if cfg.pos_emb == "rope":
         return layers * 4 * n_ctx * (cfg.d_attn // cfg.n_heads)  # cos and sin for q and k, bf16, per layer
-    impl = resolve_attn_impl(cfg.attn_impl, "cuda")  # a plan is for GPUs
+    impl = gpu_attn_impl(cfg, prefix_lm)
     if impl in ("flex", "band-flex", "band-flex-triton"):
         return 4 * cfg.n_heads * n_ctx  # the bias by distance, read inside the kernel
+    if impl.startswith("band-split"):  # the near blocks' bias: (h, n_ctx / 128 blocks, 128, 256), bf16
+        return 2 * cfg.n_heads * n_ctx * 256
     if impl in BAND_IMPLS:  # SDPA's kernels read a dense bias: detached, in bf16, built once per pass
         return 2 * cfg.n_heads * n_ctx ** 2
     return 4 * cfg.n_heads * n_ctx ** 2 + layers * 2 * cfg.n_heads * n_ctx ** 2  # fp32 mask; each layer's bf16 cast
 
 
 def activation_bytes(cfg: ModelConfig, micro_batch: int, n_ctx: int | None = None, checkpoint: bool = False,
-                     transient: bool = True) -> int:
+                     transient: bool = True, prefix_lm: bool = False) -> int:
     "Activation bytes of one micro-batch at the peak of backward (`checkpoint`: per-layer activation checkpointing)."
     n_ctx = cfg.n_ctx if n_ctx is None else n_ctx
     tokens = micro_batch * n_ctx
     per_layer = layer_activation_bytes(cfg) * tokens
     layers = cfg.n_layers * 4 * cfg.d_model * tokens + per_layer if checkpoint else cfg.n_layers * per_layer
     saved, extra = head_activation_bytes(cfg)
-    return layers + (saved + (extra if transient else 0)) * tokens + position_activation_bytes(cfg, n_ctx, checkpoint)
+    return (layers + (saved + (extra if transient else 0)) * tokens
+            + position_activation_bytes(cfg, n_ctx, checkpoint, prefix_lm))
 
 # %% ../../nbs/90_plan.ipynb #5ab7e9d0
 class GPU(NamedTuple):
@@ -124,7 +134,7 @@ def fsdp_gathered_bytes(cfg: ModelConfig) -> int:
 
 
 def memory_per_gpu(cfg: ModelConfig, optimizer: str, micro_batch: int, gpus: int = 1, sharded: bool = False,
-                   checkpoint: bool = False) -> dict[str, int]:
+                   checkpoint: bool = False, prefix_lm: bool = False) -> dict[str, int]:
     "Bytes per GPU by part: DDP (`sharded=False`, every GPU holds everything) or FSDP over `gpus` GPUs."
     n, opt = n_params(cfg), optimizer_state_bytes(cfg, optimizer)
     shards = gpus if sharded else 1
@@ -134,7 +144,7 @@ def memory_per_gpu(cfg: ModelConfig, optimizer: str, micro_batch: int, gpus: int
     else:
         parts["ddp_buckets"] = 4 * n if gpus > 1 else 0
         parts["bf16_weights"] = 2 * matmul_params(cfg)
-    parts["activations"] = activation_bytes(cfg, micro_batch, checkpoint=checkpoint)
+    parts["activations"] = activation_bytes(cfg, micro_batch, checkpoint=checkpoint, prefix_lm=prefix_lm)
     return {k: int(v) for k, v in parts.items()}
 
 # %% ../../nbs/90_plan.ipynb #27dea221
@@ -151,6 +161,7 @@ class PlannedRun:
     seeds: int  # runs of this shape (one per seed)
     parallel: str = "ddp"  # how the preset trains it (PretrainConfig.parallel)
     size_class: str = ""  # the size class's name, which benchmark records are kept under
+    prefix_lm: bool = False  # its batches have a bidirectional prefix (UL2)
 
     @property
     def tokens(self) -> int:
@@ -174,7 +185,7 @@ class PlannedRun:
 def _planned_run(section: str, label: str, spec: RunSpec, seeds: int) -> PlannedRun:
     c = spec.config
     return PlannedRun(section, label, c.model, spec.stages, c.batch_size, c.micro_batch_size, c.optimizer, seeds,
-                      c.parallel, spec.size_class)
+                      c.parallel, spec.size_class, c.objective == "ul2")
 
 
 def family_runs(preset: Preset | str) -> list[PlannedRun]:
@@ -229,7 +240,7 @@ def run_mfu(run: PlannedRun, gpu: GPU, mfu: float | None = None, results: Path |
     "The MFU a run's GPU-hours are computed at, and where it comes from: given, measured (the record), or assumed."
     if mfu is not None:
         return mfu, "given"
-    measured = measured_mfu(gpu, run.size_class, f"depthnb[{resolve_attn_impl(run.model.attn_impl, 'cuda')}]", results)
+    measured = measured_mfu(gpu, run.size_class, f"depthnb[{gpu_attn_impl(run.model, run.prefix_lm)}]", results)
     return (measured[0], f"measured: {measured[1]}") if measured else (ASSUMED_MFU, "assumed")
 
 
@@ -243,7 +254,7 @@ def plan_table(preset: Preset | str, gpus: int = 8, gpu: str = "h100", mfu: floa
     for run in [*family_runs(preset), *study_runs(preset)]:
         micro = run.micro_batch(gpus)
         mem = {f"{mode}{'+ckpt' if ckpt else ''}_GiB": sum(memory_per_gpu(run.model, run.optimizer, micro, gpus,
-                                                                             mode == "fsdp", ckpt).values()) / GiB
+                                                                             mode == "fsdp", ckpt, run.prefix_lm).values()) / GiB
                for mode in ("ddp", "fsdp") for ckpt in (False, True)}
         fits = next((k.removesuffix("_GiB") for k, v in mem.items() if v <= usable), "none")
         run_mfu_, source = run_mfu(run, g, mfu, results)
