@@ -11,8 +11,8 @@ For each attention variant at the 134M and 374M attention shapes (one layer's ca
 3. forward + backward time per call and its peak memory above the inputs.
 And the band step alone at each shape (`band_bias_grad` eager, and on CUDA `band_bias_grad_triton`): how much of a
 band variant's time is not its kernel. The `-triton` variants take the band step in Triton instead of PyTorch.
-Then `depthnb bench` runs at 134M × 12 (16 × 1024 tokens, with a per-operator profile of a training step) and 374M
-× 24 (the paper batch) for the fastest correct band variant against the reference (`--bench-shapes`: which of the
+Then `depthnb bench` runs at 134M × 12 (16 × 1024 tokens) and 374M × 24 (the paper batch), each with a per-operator
+profile of a training step, for the fastest correct band variant against the reference (`--bench-shapes`: which of the
 two), appending to the results file. The check's own tables are appended there too
 and written as JSON to --out.
 """
@@ -45,7 +45,7 @@ BENCH = {  # `depthnb bench` flags per shape (as benchmarks/gpu.sh's stages)
     "134M": ["--size-class", "134M", "--layers", "12", "--n-ctx", "1024", "--batch", "16", "--steps", "10",
              "--rounds", "5", "--parts", "train,decode,profile"],
     "374M": ["--size-class", "374M", "--layers", "24", "--n-ctx", "1024", "--batch", "16", "--paper-batch",
-             "--parts", "train", "--steps", "2", "--warmup", "2", "--rounds", "3"],
+             "--parts", "train,profile", "--steps", "2", "--warmup", "2", "--rounds", "3"],
 }
 # FlexAttention backward configurations to try, in order, where the default does not compile for a head width
 # (Hopper's shared memory: 232,448 B per block). Constraints: BLOCK_N1 % BLOCK_M1 == 0, BLOCK_M2 % BLOCK_N2 == 0.
@@ -53,7 +53,7 @@ FLEX_FALLBACKS = ({"bwd_num_stages": 2},
                   {"bwd_BLOCK_M1": 64, "bwd_BLOCK_N1": 64, "bwd_BLOCK_M2": 64, "bwd_BLOCK_N2": 64, "bwd_num_warps": 4})
 SHRUNK_BENCH = ["--size-class", "tiny", "--layers", "1", "--n-ctx", "32", "--batch", "2", "--steps", "1", "--warmup",
                 "1", "--rounds", "1", "--no-compile"]
-SHRUNK_PARTS = {"134M": "train,profile", "374M": "train"}  # the parts of BENCH that the rehearsal runs
+SHRUNK_PARTS = {"134M": "train,profile", "374M": "train,profile"}  # the parts of BENCH that the rehearsal runs
 
 
 def model_view(size_class: str, impl: str, t: int, device) -> SimpleNamespace:

@@ -207,7 +207,8 @@ class _SplitAttention(torch.autograd.Function):
             out[:, :, span:] += out_f.to(acc) * (lse_f.to(acc) - lse_all[..., span:]).exp()[..., None]
             lse = lse_all
         out = out.to(q.dtype)
-        ctx.save_for_backward(qp, kp, vp, near_bias, out, lse, *tn, *tf)  # tensors through save_for_backward
+        # q, k, v and the output are held for the band step anyway: the padded copies and the bias are redone
+        ctx.save_for_backward(q, k, v, bias, out, lse, *tn, *tf)
         ctx.span, ctx.t, ctx.lse_dtype, ctx.meta, ctx.n_near = span, t, lse_n.dtype, (mn, mf), len(tn)
         lse_out = lse[..., :t].contiguous()
         ctx.mark_non_differentiable(lse_out)
@@ -215,10 +216,12 @@ class _SplitAttention(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, d_out, _):
-        qp, kp, vp, near_bias, out, lse, *states = ctx.saved_tensors
+        q, k, v, bias, out, lse, *states = ctx.saved_tensors
         span, (mn, mf) = ctx.span, ctx.meta
         tn, tf = states[:ctx.n_near], states[ctx.n_near:]
-        b, h, tp, d = qp.shape
+        b, h, tp, d = out.shape
+        qp, kp, vp = (F.pad(x, (0, 0, 0, tp - ctx.t)).contiguous() for x in (q, k, v))
+        near_bias = _near_bias(bias, span, tp // span, q.dtype)
         d_out = F.pad(d_out, (0, 0, 0, tp - ctx.t)).to(qp.dtype).contiguous()
         lse = lse.to(ctx.lse_dtype)
         dq, dkw, dvw = _fused_backward(d_out.view(b, -1, span, d), qp.view(b, -1, span, d), _windows(kp, span),
