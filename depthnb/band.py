@@ -83,7 +83,9 @@ def cpu_kernel(q, k, v, bias, block_mask=None):
 
 
 def cudnn_kernel(q, k, v, bias, block_mask=None):
-    "SDPA's cuDNN kernel with a detached dense bias in the inputs' dtype and `is_causal`: (out, lse)."
+    "SDPA's cuDNN kernel with a detached dense bias in the inputs' dtype and `is_causal`: (out, lse); float32 inputs (`bf16=False`), which cuDNN does not take, get the memory-efficient kernel."
+    if q.dtype not in (torch.float16, torch.bfloat16):
+        return efficient_kernel(q, k, v, bias)
     b, h, t, _ = q.shape
     out, lse = torch.ops.aten._scaled_dot_product_cudnn_attention(
         q, k, v, causal_bias(bias, t, q.dtype), True, 0.0, True, False)[:2]
@@ -246,7 +248,10 @@ class _SplitAttention(torch.autograd.Function):
 
 def split_kernel(q, k, v, bias, block_mask=None, span: int = 128):
     """Causal attention with `bias` by distance, zero from distance `span` on (`split_span` of the band), as a near
-    and a far fused call (cuDNN on CUDA, flash on the CPU) merged by their log-sum-exps: (out, lse)."""
+    and a far fused call (cuDNN on CUDA, flash on the CPU) merged by their log-sum-exps: (out, lse). On CUDA, float32
+    inputs, which cuDNN does not take, get the memory-efficient kernel whole."""
+    if q.device.type == "cuda" and q.dtype not in (torch.float16, torch.bfloat16):
+        return efficient_kernel(q, k, v, bias)
     return _SplitAttention.apply(q, k, v, bias.detach(), span)
 
 

@@ -199,6 +199,36 @@ def test_cuda_kernels_match_fp32_dense(impl):
             assert err < 2e-2, f"{impl}, t {t}, d_head {d}, {name}: relative error {err:.2e}"
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("impl", ["cudnn", "split"])
+def test_cuda_kernels_take_float32(impl):
+    "cuDNN takes half precision only: float32 inputs (training with bf16=False) get the memory-efficient kernel."
+    torch.manual_seed(5)
+    q, k, v, d_out = (torch.randn(2, 4, 300, 64, device="cuda") for _ in range(4))
+    band = torch.randn(4, 113, device="cuda")
+    assert_matches(lambda *a: band_attention(*a, kernel=KERNELS[impl]), q, k, v, band, d_out, 1e-3)
+
+
+@pytest.mark.gpu
+def test_default_model_trains_as_sdpa_on_cuda():
+    "attn_impl='auto' (band attention on CUDA, q/k/v as the model lays them out) against 'sdpa', bf16 autocast."
+    cfg = ModelConfig(d_model=128, d_attn=128, n_heads=4, d_ff=256, n_layers=2, n_vocab=97, n_ctx=512)
+    torch.manual_seed(0)
+    auto, dense = DecoderLM(cfg).cuda(), DecoderLM(replace(cfg, attn_impl="sdpa")).cuda()
+    dense.load_state_dict(auto.state_dict())
+    tokens = torch.randint(0, cfg.n_vocab, (4, 500), device="cuda")
+    losses = []
+    for m in (auto, dense):
+        with torch.autocast("cuda", torch.bfloat16):
+            loss = m(tokens, tokens)[1]
+        loss.backward()
+        losses.append(loss.item())
+    assert losses[0] == pytest.approx(losses[1], rel=1e-2)
+    for (name, p), q in zip(auto.named_parameters(), dense.parameters()):
+        err = ((p.grad - q.grad).norm() / q.grad.norm()).item()
+        assert err < 3e-2, f"{name}: relative gradient error {err:.2e}"
+
+
 def test_attention_check_rehearses_on_the_cpu(tmp_path):
     "benchmarks/attention_check.py at small shapes on the CPU: every variant's errors, time and the pick."
     import importlib.util
