@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import functools
+import importlib.util
 import os
 from typing import Callable
 
@@ -14,9 +15,9 @@ import torch.nn.functional as F
 from torch.nn.attention.flex_attention import AuxRequest, BlockMask, flex_attention
 
 # %% auto #0
-__all__ = ['HOPPER_FLEX_OPTIONS', 'KERNELS', 'band_width', 'band_bias_grad', 'causal_bias', 'dense_kernel', 'cpu_kernel',
-           'cudnn_kernel', 'efficient_kernel', 'bias_score_mod', 'flex_kernel_options', 'flex_kernel', 'split_span',
-           'split_kernel', 'band_attention', 'band_step_kernel', 'band_bias_grad_triton']
+__all__ = ['HOPPER_FLEX_OPTIONS', 'KERNELS', 'HAS_TRITON', 'band_width', 'band_bias_grad', 'causal_bias', 'dense_kernel',
+           'cpu_kernel', 'cudnn_kernel', 'efficient_kernel', 'bias_score_mod', 'flex_kernel_options', 'flex_kernel',
+           'split_span', 'split_kernel', 'band_attention', 'band_step_kernel', 'band_bias_grad_triton']
 
 # %% ../nbs/02g_band.ipynb #ad751b0c
 def band_width(buckets: torch.Tensor, n_buckets: int) -> int | None:
@@ -289,6 +290,9 @@ def band_attention(q, k, v, band: torch.Tensor, kernel: Callable = dense_kernel,
     return _BandBiasGrad.apply(out, band, q.detach(), k.detach(), v.detach(), lse.detach(), step)
 
 # %% ../nbs/02g_band.ipynb #6ff3417f
+HAS_TRITON = importlib.util.find_spec("triton") is not None  # PyTorch's CUDA builds for Linux ship it
+
+
 @functools.cache
 def band_step_kernel():
     "The band step's Triton kernel, built on first use (CPU-only PyTorch builds have no Triton)."

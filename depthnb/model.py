@@ -16,7 +16,7 @@ from fastcore.basics import patch
 from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex_attention
 from torch.utils.checkpoint import checkpoint
 
-from .band import KERNELS, band_attention, band_bias_grad, band_bias_grad_triton, band_width, cpu_kernel
+from .band import HAS_TRITON, KERNELS, band_attention, band_bias_grad, band_bias_grad_triton, band_width, cpu_kernel
 from .config import BAND_IMPLS, ModelConfig, resolve_attn_impl
 from .inference import KVCache, greedy_generate
 
@@ -339,6 +339,8 @@ def band_mask(model: DecoderLM, n: int, device) -> BandMask:
     if torch.device(device).type != "cuda":
         return BandMask(band, cpu_kernel)
     impl = resolve_attn_impl(model.cfg.attn_impl, "cuda")
+    if model.cfg.attn_impl == "auto" and not HAS_TRITON:  # a CUDA build of PyTorch without Triton
+        impl = impl.removesuffix("-triton")
     kernel = impl.removeprefix("band-").removesuffix("-triton")
     step = band_bias_grad_triton if impl.endswith("-triton") else band_bias_grad
     return BandMask(band, KERNELS[kernel], causal_block_mask(n, device) if kernel == "flex" else None, step)
