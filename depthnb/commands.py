@@ -42,10 +42,15 @@ def main_rank() -> bool:
 
 def keep_exit_status() -> None:
     """Under `torchrun`, a rank that exits 2 for a bad argument keeps that status: torchrun sends SIGTERM to the ranks
-    still running once the first has exited, and one still shutting down would be reported as killed instead."""
+    still running once the first has exited, and one still shutting down would be reported as killed instead; and
+    a rank that joined the process group leaves it first, since exiting with it alive can abort the process (SIGABRT,
+    "terminate called without an active exception") instead of exiting 2."""
     if os.environ.get("TORCHELASTIC_RUN_ID"):
         with contextlib.suppress(ValueError):  # signal handlers are set from the main thread only
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    dist = sys.modules.get("torch.distributed")  # loaded only by a command that trains
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
 
 
 class CommandParser(argparse.ArgumentParser):
