@@ -15,9 +15,9 @@ import torch.nn.functional as F
 from torch.nn.attention.flex_attention import AuxRequest, BlockMask, flex_attention
 
 # %% auto #0
-__all__ = ['HOPPER_FLEX_OPTIONS', 'KERNELS', 'HAS_TRITON', 'band_width', 'band_bias_grad', 'causal_bias', 'dense_kernel',
-           'cpu_kernel', 'cudnn_kernel', 'efficient_kernel', 'bias_score_mod', 'flex_kernel_options', 'flex_kernel',
-           'split_span', 'split_kernel', 'band_attention', 'band_step_kernel', 'band_bias_grad_triton']
+__all__ = ['HOPPER_FLEX_OPTIONS', 'NEAR_MASK', 'KERNELS', 'HAS_TRITON', 'band_width', 'band_bias_grad', 'causal_bias',
+           'dense_kernel', 'cpu_kernel', 'cudnn_kernel', 'efficient_kernel', 'bias_score_mod', 'flex_kernel_options',
+           'flex_kernel', 'split_span', 'split_kernel', 'band_attention', 'band_step_kernel', 'band_bias_grad_triton']
 
 # %% ../nbs/02g_band.ipynb #ad751b0c
 def band_width(buckets: torch.Tensor, n_buckets: int) -> int | None:
@@ -176,15 +176,18 @@ def _windows(x, span: int):
     return torch.cat([prev.view(b, h, -1, span, d), x.view(b, h, -1, span, d)], 3).view(b, -1, 2 * span, d)
 
 
+NEAR_MASK = -30000.0  # outside the near part's band: finite in bf16 and fp16, exp() of it 0 in fp64
+
+
 def _near_bias(bias, span: int, n: int, dtype):
     """(1, h·n, span, 2·span): for query r of a block and key c of its window, bias[h, span + r - c] on distances
-    0 … span-1, -inf elsewhere and on the first block's (missing) previous block."""
+    0 … span-1, NEAR_MASK elsewhere and on the first block's (missing) previous block."""
     r, c = torch.arange(span, device=bias.device)[:, None], torch.arange(2 * span, device=bias.device)
     dist = span + r - c
     near = F.pad(bias, (0, max(span - bias.shape[-1], 0)))[:, dist.clamp(0, span - 1)]
-    near = near.masked_fill((dist < 0) | (dist >= span), float("-inf")).to(dtype)
+    near = near.masked_fill((dist < 0) | (dist >= span), NEAR_MASK).to(dtype)
     near = near[:, None].repeat(1, n, 1, 1)
-    near[:, 0, :, :span] = float("-inf")
+    near[:, 0, :, :span] = NEAR_MASK
     return near.view(1, -1, span, 2 * span)
 
 
