@@ -174,7 +174,7 @@ def test_triton_band_step_compiles_for_hopper():
         sig = {n: "constexpr" if n in const else "*bf16" if i < 5 else "*fp32" if i < 8 else "fp32" if n == "scale"
                else "i32" for i, n in enumerate(names)}
         src = ASTSource(fn=kernel, signature=sig, constexprs={(names.index(n),): v for n, v in const.items()})
-        compiled = compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
+        compiled = compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4, "enable_fp_fusion": True})
         assert compiled.asm["cubin"], d
 
 
