@@ -9,8 +9,9 @@ For each attention variant at the 134M and 374M attention shapes (one layer's ca
 2. its values and the gradients of q, k, v and the bias table in bf16 against an fp32 dense reference on the same
    device (relative error ‖a − b‖ / ‖b‖; a variant is correct when every error is under --tolerance);
 3. forward + backward time per call and its peak memory above the inputs.
-And the band step alone at each shape (`band_bias_grad` eager, and on CUDA `band_bias_grad_triton`): how much of a
-band variant's time is not its kernel. The `-triton` variants take the band step in Triton instead of PyTorch.
+And the band step alone at each shape (`band_bias_grad` eager, and on CUDA `band_bias_grad_triton`, with the launch
+configuration Triton's autotuner chose, then each configuration it chooses among): how much of a band variant's time
+is not its kernel. The `-triton` variants take the band step in Triton instead of PyTorch.
 Then `depthnb bench` runs at 134M × 12 (16 × 1024 tokens) and 374M × 24 (the paper batch), each with a per-operator
 profile of a training step, for the fastest correct band variant against the reference (`--bench-shapes`: which of the
 two), appending to the results file. The check's own tables are appended there too
@@ -19,6 +20,7 @@ and written as JSON to --out.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import subprocess
 import sys
@@ -31,7 +33,8 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # the checkout's depthnb, also where it is not installed
 
-from depthnb.band import band_attention, band_bias_grad, band_bias_grad_triton, band_width  # noqa: E402
+from depthnb.band import (BAND_STEP_CONFIGS, band_attention, band_bias_grad, band_bias_grad_triton,  # noqa: E402
+                          band_step_autotuned, band_step_launch, band_width)
 from depthnb.config import BAND_IMPLS  # noqa: E402
 from depthnb.model import (RelativePositionBias, attend, attention_mask_bias, flex_mask, layer_mask,  # noqa: E402
                            relative_position_bucket, softmax_attention)
@@ -182,6 +185,13 @@ def time_band_step(size_class: str, t: int, batch: int, device, dtype, iters: in
     return median_ms_and_peak(lambda: step(q, k, v, out, lse, d_out, w, d ** -0.5, band), device, iters, 1)
 
 
+def autotuned_config() -> str:
+    "The launch configuration Triton's autotuner chose for the band step's last call."
+    best = band_step_autotuned().best_config
+    kw = best.kwargs
+    return f"{kw['BLOCK_M']}×{kw['BLOCK_N']}, {best.num_warps} warps{', unrolled' if kw['UNROLL'] else ''}"
+
+
 def markdown_table(rows: list[dict], columns: list[str]) -> str:
     def cell(x):
         return "–" if x is None else f"{x:.3g}" if isinstance(x, float) else str(x)
@@ -217,11 +227,15 @@ def run_check(args) -> dict:
             print(json.dumps(row), flush=True)
             rows.append(row)
         if any(name in BAND_IMPLS for name in args.variants):  # how much of a band variant's time is the band step
-            steps = {"PyTorch (eager)": band_bias_grad, "Triton": band_bias_grad_triton}
+            steps = {"PyTorch (eager)": band_bias_grad, "Triton": band_bias_grad_triton,
+                     **{f"Triton {c.block_m}×{c.block_n}, {c.warps} warps{', unrolled' if c.unroll else ''}":
+                        functools.partial(band_step_launch, config=c) for c in BAND_STEP_CONFIGS}}
             for label, step in steps.items() if device.type == "cuda" else list(steps.items())[:1]:
                 row = dict(shape=size_class, variant="band step alone", backend=label)
                 try:
                     row.update(time_band_step(size_class, t, batch, device, dtype, args.iters, step))
+                    if step is band_bias_grad_triton:
+                        row["backend"] += f", autotuned: {autotuned_config()}"
                 except Exception as exc:  # as for a variant: a result, not a stop
                     row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}"
                 print(json.dumps(row), flush=True)

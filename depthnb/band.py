@@ -8,16 +8,17 @@ from __future__ import annotations
 import functools
 import importlib.util
 import os
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch.nn.attention.flex_attention import AuxRequest, BlockMask, flex_attention
 
 # %% auto #0
-__all__ = ['HOPPER_FLEX_OPTIONS', 'NEAR_MASK', 'KERNELS', 'HAS_TRITON', 'band_width', 'band_bias_grad', 'causal_bias',
-           'dense_kernel', 'cpu_kernel', 'cudnn_kernel', 'efficient_kernel', 'bias_score_mod', 'flex_kernel_options',
-           'flex_kernel', 'split_span', 'split_kernel', 'band_attention', 'band_step_kernel', 'band_bias_grad_triton']
+__all__ = ['HOPPER_FLEX_OPTIONS', 'NEAR_MASK', 'KERNELS', 'HAS_TRITON', 'BAND_STEP_CONFIGS', 'band_width', 'band_bias_grad',
+           'causal_bias', 'dense_kernel', 'cpu_kernel', 'cudnn_kernel', 'efficient_kernel', 'bias_score_mod',
+           'flex_kernel_options', 'flex_kernel', 'split_span', 'split_kernel', 'band_attention', 'BandStepConfig',
+           'band_step_kernel', 'band_step_autotuned', 'band_step_launch', 'band_bias_grad_triton']
 
 # %% ../nbs/02g_band.ipynb #ad751b0c
 def band_width(buckets: torch.Tensor, n_buckets: int) -> int | None:
@@ -295,6 +296,20 @@ def band_attention(q, k, v, band: torch.Tensor, kernel: Callable = dense_kernel,
 # %% ../nbs/02g_band.ipynb #6ff3417f
 HAS_TRITON = importlib.util.find_spec("triton") is not None  # PyTorch's CUDA builds for Linux ship it
 
+class BandStepConfig(NamedTuple):
+    "A launch configuration of the band step: query and key block sizes, warps, and whether the chunk loop is unrolled."
+    block_m: int
+    block_n: int
+    warps: int
+    unroll: bool
+
+
+# On CUDA Triton's autotuner times these at each shape on first use and keeps the fastest. The first is the one
+# measured on an H200. Compiled for sm_90 here (registers a thread from `cuobjdump -res-usage`, head width 16 / 64):
+# 255 and spilling / 198, 147 / 150, 121 / 149, 124 / 141: fewer registers, more warps resident on an SM.
+BAND_STEP_CONFIGS = (BandStepConfig(64, 64, 4, True), BandStepConfig(64, 64, 8, True),
+                     BandStepConfig(32, 32, 4, False), BandStepConfig(16, 32, 2, False))
+
 
 @functools.cache
 def band_step_kernel():
@@ -302,11 +317,11 @@ def band_step_kernel():
     import triton
     import triton.language as tl
 
-    @triton.jit
-    def band_step(q, k, v, o, do, lse, bias, part, t, w, scale,
+    @triton.jit(do_not_specialize=["rows_per_bh", "n_bh", "t", "w"])  # one compile per configuration and width
+    def band_step(q, k, v, o, do, lse, bias, part, rows_per_bh, n_bh, t, w, scale,  # n_bh = b·h: a tuning key
                   sq_b, sq_h, sq_t, sk_b, sk_h, sk_t, sv_b, sv_h, sv_t, so_b, so_h, so_t, sd_b, sd_h, sd_t,
                   H: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                  BLOCK_D: tl.constexpr, BLOCK_W: tl.constexpr, IEEE: tl.constexpr):
+                  BLOCK_D: tl.constexpr, BLOCK_W: tl.constexpr, IEEE: tl.constexpr, UNROLL: tl.constexpr):
         blk, bh = tl.program_id(0), tl.program_id(1)
         b, h = (bh // H).to(tl.int64), bh % H  # 64-bit offsets: batches of more than 2^31 elements
         i0 = blk * BLOCK_M
@@ -320,28 +335,66 @@ def band_step_kernel():
         m = tl.load(lse + bh * t + rows, mask=row_ok, other=0.0)
         acc = tl.zeros([BLOCK_W], dtype=tl.float32)
         CHUNKS: tl.constexpr = (BLOCK_M + BLOCK_W - 1 + BLOCK_N - 1) // BLOCK_N  # the keys of the block's band
-        for c in tl.static_range(CHUNKS):
-            j0 = i0 + BLOCK_M - (CHUNKS - c) * BLOCK_N
-            keys = j0 + tl.arange(0, BLOCK_N)
-            kd = ((keys >= 0) & (keys < t))[:, None] & (cols < D)[None, :]
-            kb = tl.load(k + b * sk_b + h * sk_h + keys[:, None] * sk_t + cols[None, :], mask=kd, other=0.0)
-            vb = tl.load(v + b * sv_b + h * sv_h + keys[:, None] * sv_t + cols[None, :], mask=kd, other=0.0)
-            if IEEE:  # fp32 inputs (the tests): no TF32
-                s = tl.dot(qb, tl.trans(kb), input_precision="ieee")
-                dp = tl.dot(dob, tl.trans(vb), input_precision="ieee")
-            else:
-                s = tl.dot(qb, tl.trans(kb))
-                dp = tl.dot(dob, tl.trans(vb))
-            d_ij = rows[:, None] - keys[None, :]
-            in_band = (d_ij >= 0) & (d_ij < w) & row_ok[:, None] & (keys >= 0)[None, :]
-            p = tl.exp(s * scale + tl.load(bias + h * w + d_ij, mask=in_band, other=0.0) - m[:, None])
-            ds = tl.where(in_band, p * (dp - delta[:, None]), 0.0)
-            col = i0 - j0 + tl.arange(0, BLOCK_M)[:, None] - dist[None, :]  # the key column at each distance
-            strip = tl.gather(ds, tl.minimum(tl.maximum(col, 0), BLOCK_N - 1), 1)
-            acc += tl.sum(tl.where((col >= 0) & (col < BLOCK_N), strip, 0.0), 0)
-        tl.store(part + (bh * tl.num_programs(0) + blk) * BLOCK_W + dist, acc)
+        OUTER: tl.constexpr = CHUNKS if UNROLL else 1  # unrolled: chunks in straight code; else a loop of them
+        INNER: tl.constexpr = 1 if UNROLL else CHUNKS
+        for outer in tl.static_range(OUTER):
+            for inner in tl.range(INNER):
+                c = outer * INNER + inner
+                j0 = i0 + BLOCK_M - (CHUNKS - c) * BLOCK_N
+                keys = j0 + tl.arange(0, BLOCK_N)
+                kd = ((keys >= 0) & (keys < t))[:, None] & (cols < D)[None, :]
+                kb = tl.load(k + b * sk_b + h * sk_h + keys[:, None] * sk_t + cols[None, :], mask=kd, other=0.0)
+                vb = tl.load(v + b * sv_b + h * sv_h + keys[:, None] * sv_t + cols[None, :], mask=kd, other=0.0)
+                if IEEE:  # fp32 inputs (the tests): no TF32
+                    s = tl.dot(qb, tl.trans(kb), input_precision="ieee")
+                    dp = tl.dot(dob, tl.trans(vb), input_precision="ieee")
+                else:
+                    s = tl.dot(qb, tl.trans(kb))
+                    dp = tl.dot(dob, tl.trans(vb))
+                d_ij = rows[:, None] - keys[None, :]
+                in_band = (d_ij >= 0) & (d_ij < w) & row_ok[:, None] & (keys >= 0)[None, :]
+                p = tl.exp(s * scale + tl.load(bias + h * w + d_ij, mask=in_band, other=0.0) - m[:, None])
+                ds = tl.where(in_band, p * (dp - delta[:, None]), 0.0)
+                col = i0 - j0 + tl.arange(0, BLOCK_M)[:, None] - dist[None, :]  # the key column at each distance
+                strip = tl.gather(ds, tl.minimum(tl.maximum(col, 0), BLOCK_N - 1), 1)
+                acc += tl.sum(tl.where((col >= 0) & (col < BLOCK_N), strip, 0.0), 0)
+        tl.store(part + (bh * rows_per_bh + blk) * BLOCK_W + dist, acc)
 
     return band_step
+
+
+@functools.cache
+def band_step_autotuned():
+    "The band step under Triton's autotuner over BAND_STEP_CONFIGS, keyed by the shape (CUDA)."
+    import triton
+    configs = [triton.Config({"BLOCK_M": c.block_m, "BLOCK_N": c.block_n, "UNROLL": c.unroll}, num_warps=c.warps)
+               for c in BAND_STEP_CONFIGS]
+    return triton.autotune(configs, key=["n_bh", "t", "w", "D"], reset_to_zero=["part"])(band_step_kernel())
+
+
+def band_step_launch(q, k, v, out, lse, d_out, w: int, scale: float, bias: torch.Tensor,
+                     config: BandStepConfig | None = None) -> torch.Tensor:
+    """The band step's kernel on (b, h, t, d) q, k, v, out, d_out and (b, h, t) lse for a band of w <= t distances:
+    the (h, w) fp32 gradient. `config` None: the autotuner's choice among BAND_STEP_CONFIGS, or the first under
+    Triton's interpreter (which cannot time them)."""
+    b, h, t, d = q.shape
+    block_w, smallest = max(16, 1 << (w - 1).bit_length()), min(c.block_m for c in BAND_STEP_CONFIGS)
+    rows = -(-t // smallest)  # a row of partial sums per block of queries, for the smallest block; the rest stay 0
+    q, k, v, out, d_out = (x if x.stride(-1) == 1 else x.contiguous() for x in (q, k, v, out, d_out))
+    part = torch.zeros(b * h, rows, block_w, device=q.device, dtype=torch.float32)
+    args = (q, k, v, out, d_out, lse.float().contiguous(), bias[:, :w].float().contiguous(), part, rows, b * h, t, w,
+            scale, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3], *d_out.stride()[:3])
+    consts = dict(H=h, D=d, BLOCK_D=max(16, 1 << (d - 1).bit_length()), BLOCK_W=block_w,
+                  IEEE=q.dtype == torch.float32, enable_fp_fusion=True)  # as measured; Triton 3.10 turns it off
+    if config is None and os.environ.get("TRITON_INTERPRET") == "1":
+        config = BAND_STEP_CONFIGS[0]
+    if config is None:
+        band_step_autotuned()[lambda meta: (-(-t // meta["BLOCK_M"]), b * h)](*args, **consts)
+    else:
+        band_step_kernel()[(-(-t // config.block_m), b * h)](*args, **consts, BLOCK_M=config.block_m,
+                                                             BLOCK_N=config.block_n, UNROLL=config.unroll,
+                                                             num_warps=config.warps)
+    return part.view(b, h, rows, block_w).sum((0, 2))[:, :w]
 
 
 @torch.library.custom_op("depthnb::band_bias_grad_triton", mutates_args=())
@@ -351,20 +404,10 @@ def band_bias_grad_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out
     if q.device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
         raise RuntimeError(f"band_bias_grad_triton runs on CUDA (got {q.device.type} tensors); on the CPU only "
                            "under Triton's interpreter (TRITON_INTERPRET=1)")
-    b, h, t, d = q.shape
-    width, w = w, min(w, t)
+    width, w = w, min(w, q.shape[2])
     if w == 0:  # every distance in the last bucket: the shifted bias is zero everywhere
-        return q.new_zeros(h, width, dtype=torch.float32)
-    block_m, block_n, block_w = 64, 64, max(16, 1 << (w - 1).bit_length())
-    n = -(-t // block_m)
-    q, k, v, out, d_out = (x if x.stride(-1) == 1 else x.contiguous() for x in (q, k, v, out, d_out))
-    part = torch.empty(b * h, n, block_w, device=q.device, dtype=torch.float32)
-    band_step_kernel()[(n, b * h)](
-        q, k, v, out, d_out, lse.float().contiguous(), bias[:, :w].float().contiguous(), part, t, w, scale,
-        *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3], *d_out.stride()[:3],
-        H=h, D=d, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=max(16, 1 << (d - 1).bit_length()), BLOCK_W=block_w,
-        IEEE=q.dtype == torch.float32, enable_fp_fusion=True)  # as measured; Triton 3.10 turns the default off
-    return F.pad(part.view(b, h, n, block_w).sum((0, 2))[:, :w], (0, width - w))
+        return q.new_zeros(q.shape[1], width, dtype=torch.float32)
+    return F.pad(band_step_launch(q, k, v, out, lse, d_out, w, scale, bias), (0, width - w))
 
 
 @band_bias_grad_triton.register_fake

@@ -12,8 +12,8 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
-from depthnb.band import (KERNELS, band_attention, band_bias_grad, band_bias_grad_triton, band_step_kernel, band_width,
-                          bias_score_mod, cpu_kernel, dense_kernel)
+from depthnb.band import (BAND_STEP_CONFIGS, KERNELS, band_attention, band_bias_grad, band_bias_grad_triton,
+                          band_step_kernel, band_step_launch, band_width, bias_score_mod, cpu_kernel, dense_kernel)
 from depthnb.config import BAND_IMPLS, ModelConfig
 from depthnb.model import BandMask, DecoderLM, PrefixMask, layer_mask, relative_position_bucket
 from depthnb.presets import CPU_CLASS, PRESETS, SAUNSHI_CLASSES, SIZE_CLASSES, TINY_CLASS, resolve_size_class
@@ -136,15 +136,21 @@ def test_compiled_flex_forward_with_the_shifted_score_mod():
 
 
 def check_triton_step_interpreted():
-    "What the next test runs in a fresh process under Triton's interpreter: the Triton step against the PyTorch step, then the whole path."
+    """What the next test runs in a fresh process under Triton's interpreter: the Triton step against the PyTorch step
+    (the op, then every launch configuration the GPU's autotuner may choose), then the whole path."""
     for t, d, w in ((40, 16, 24), (130, 32, 113), (70, 24, 128), (17, 16, 128), (200, 64, 113)):
         torch.manual_seed(t)
         q, k, v, do = (torch.randn(2, 2, t, d) for _ in range(4))
         band = torch.randn(2, w)
         out, lse = dense_kernel(q, k, v, F.pad(band, (0, max(t - w, 0)))[:, :t])
         ref = band_bias_grad(q, k, v, out, lse, do, w, d ** -0.5, band)
+        tol = 1e-5 * max(1.0, ref.abs().max().item())
         err = (band_bias_grad_triton(q, k, v, out, lse, do, w, d ** -0.5, band) - ref).abs().max().item()
-        assert err < 1e-5 * max(1.0, ref.abs().max().item()), (t, d, w, err)
+        assert err < tol, (t, d, w, err)
+        if t in (40, 130):  # one band narrower than a block, one wider than the smallest
+            for config in BAND_STEP_CONFIGS[1:]:
+                err = (band_step_launch(q, k, v, out, lse, do, w, d ** -0.5, band, config) - ref).abs().max().item()
+                assert err < tol, (t, d, w, config, err)
     assert_matches(lambda *a: band_attention(*a, kernel=cpu_kernel, step=band_bias_grad_triton), q, k, v, band, do, 1e-5)
 
 
@@ -158,9 +164,10 @@ def test_triton_band_step_equals_the_pytorch_step_under_the_interpreter():
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-3000:]
 
 
-@pytest.mark.slow  # a Triton compile per head width: ~3 s each on two cores
+@pytest.mark.slow  # a Triton compile per head width and configuration: ~1-3 s each on two cores
 def test_triton_band_step_compiles_for_hopper():
-    "The Triton band step compiles to a cubin for sm_90 (H100, H200) in bf16 at every head width, with no GPU here."
+    """The Triton band step compiles to a cubin for sm_90 (H100, H200) in bf16 at every head width in every launch
+    configuration the autotuner may choose, with no GPU here."""
     pytest.importorskip("triton")
     if os.environ.get("TRITON_INTERPRET") == "1":
         pytest.skip("Triton's interpreter is on in this process: it compiles nothing")
@@ -168,14 +175,15 @@ def test_triton_band_step_compiles_for_hopper():
     from triton.compiler import ASTSource, compile
     kernel = band_step_kernel()
     names = kernel.arg_names
-    blocks = dict(H=12, BLOCK_M=64, BLOCK_N=64, BLOCK_W=128, IEEE=False)
     for d in HEAD_WIDTHS:
-        const = {**blocks, "D": d, "BLOCK_D": max(16, 1 << (d - 1).bit_length())}
-        sig = {n: "constexpr" if n in const else "*bf16" if i < 5 else "*fp32" if i < 8 else "fp32" if n == "scale"
-               else "i32" for i, n in enumerate(names)}
-        src = ASTSource(fn=kernel, signature=sig, constexprs={(names.index(n),): v for n, v in const.items()})
-        compiled = compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4, "enable_fp_fusion": True})
-        assert compiled.asm["cubin"], d
+        for config in BAND_STEP_CONFIGS:
+            const = dict(H=12, BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_W=128, IEEE=False,
+                         UNROLL=config.unroll, D=d, BLOCK_D=max(16, 1 << (d - 1).bit_length()))
+            sig = {n: "constexpr" if n in const else "*bf16" if i < 5 else "*fp32" if i < 8 else "fp32" if n == "scale"
+                   else "i32" for i, n in enumerate(names)}
+            src = ASTSource(fn=kernel, signature=sig, constexprs={(names.index(n),): v for n, v in const.items()})
+            options = {"num_warps": config.warps, "enable_fp_fusion": True}
+            assert compile(src, target=GPUTarget("cuda", 90, 32), options=options).asm["cubin"], (d, config)
 
 
 @pytest.mark.gpu
