@@ -1,6 +1,7 @@
 "Band attention (nbs/02g_band.ipynb): the T5 bias detached in a fused kernel plus its band gradient equals the dense path."
 import importlib.util
 import os
+import re
 import subprocess
 import sys
 import warnings
@@ -164,10 +165,22 @@ def test_triton_band_step_equals_the_pytorch_step_under_the_interpreter():
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-3000:]
 
 
+def stack_bytes(cubin: bytes, tmp_path) -> int | None:
+    "A kernel's stack frame (bytes; more than 0 where registers spill) by the CUDA toolkit's `cuobjdump`, None without it."
+    tool = Path(importlib.util.find_spec("triton").origin).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    if not tool.exists():
+        return None
+    path = tmp_path / "kernel.cubin"
+    path.write_bytes(cubin)
+    usage = subprocess.run([str(tool), "-res-usage", str(path)], capture_output=True, text=True, check=True).stdout
+    return int(re.search(r"STACK:(\d+)", usage)[1])
+
+
 @pytest.mark.slow  # a Triton compile per head width and configuration: ~1-3 s each on two cores
-def test_triton_band_step_compiles_for_hopper():
+def test_triton_band_step_compiles_for_hopper(tmp_path):
     """The Triton band step compiles to a cubin for sm_90 (H100, H200) in bf16 at every head width in every launch
-    configuration the autotuner may choose, with no GPU here."""
+    configuration the autotuner may choose, with no GPU here; and at every width one of them keeps its values in
+    registers (no stack frame: no spills), so that the autotuner has one to choose."""
     pytest.importorskip("triton")
     if os.environ.get("TRITON_INTERPRET") == "1":
         pytest.skip("Triton's interpreter is on in this process: it compiles nothing")
@@ -176,6 +189,7 @@ def test_triton_band_step_compiles_for_hopper():
     kernel = band_step_kernel()
     names = kernel.arg_names
     for d in HEAD_WIDTHS:
+        stacks = {}
         for config in BAND_STEP_CONFIGS:
             const = dict(H=12, BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_W=128, IEEE=False,
                          UNROLL=config.unroll, D=d, BLOCK_D=max(16, 1 << (d - 1).bit_length()))
@@ -183,7 +197,11 @@ def test_triton_band_step_compiles_for_hopper():
                    else "i32" for i, n in enumerate(names)}
             src = ASTSource(fn=kernel, signature=sig, constexprs={(names.index(n),): v for n, v in const.items()})
             options = {"num_warps": config.warps, "enable_fp_fusion": True}
-            assert compile(src, target=GPUTarget("cuda", 90, 32), options=options).asm["cubin"], (d, config)
+            cubin = compile(src, target=GPUTarget("cuda", 90, 32), options=options).asm["cubin"]
+            assert cubin, (d, config)
+            stacks[config] = stack_bytes(cubin, tmp_path)
+        if None not in stacks.values():
+            assert min(stacks.values()) == 0, f"head width {d}: every configuration spills: {stacks}"
 
 
 @pytest.mark.gpu
