@@ -170,53 +170,72 @@ def _fused_backward(d_out, q, k, v, out, lse, bias, causal: bool, tensors, meta)
         d_out, q, k, v, out, lse, 0.0, causal, attn_mask=bias)
 
 
+def _blocks_to_batch(x, span: int):
+    "(b, h, n·span, …) -> (b·n, h, span, …): each block of `span` positions a sequence of its own."
+    b, h, t, *d = x.shape
+    return x.view(b, h, t // span, span, *d).transpose(1, 2).reshape(-1, h, span, *d)
+
+
+def _batch_to_blocks(x, b: int):
+    "The inverse of `_blocks_to_batch`: (b·n, h, span, …) -> (b, h, n·span, …)."
+    bn, h, span, *d = x.shape
+    return x.view(b, bn // b, h, span, *d).transpose(1, 2).reshape(b, h, -1, *d)
+
+
 def _windows(x, span: int):
-    "(b, h, T, d) -> (b, h·n, 2·span, d): each block of `span` positions after the block before it (zeros before 0)."
+    "(b, h, n·span, d) -> (b·(n-1), h, 2·span, d): for blocks 1 … n-1, the block before each and the block itself."
     b, h, t, d = x.shape
-    prev = F.pad(x, (0, 0, span, 0))[:, :, :t]
-    return torch.cat([prev.view(b, h, -1, span, d), x.view(b, h, -1, span, d)], 3).view(b, -1, 2 * span, d)
+    return x.unfold(2, 2 * span, span).permute(0, 2, 1, 4, 3).reshape(-1, h, 2 * span, d)
+
+
+def _unwindow(dx, b: int, span: int):
+    "The gradient (b, h, n·span, d) of what `_windows` gathered, given the gradient `dx` of its windows."
+    bn, h, _, d = dx.shape
+    before, own = (_batch_to_blocks(part.contiguous(), b) for part in (dx[:, :, :span], dx[:, :, span:]))
+    return F.pad(before, (0, 0, 0, span)) + F.pad(own, (0, 0, span, 0))
 
 
 NEAR_MASK = -30000.0  # outside the near part's band: finite in bf16 and fp16, exp() of it 0 in fp64
 
 
-def _near_bias(bias, span: int, n: int, dtype):
-    """(1, h·n, span, 2·span): for query r of a block and key c of its window, bias[h, span + r - c] on distances
-    0 … span-1, NEAR_MASK elsewhere and on the first block's (missing) previous block."""
+def _near_biases(bias, span: int, dtype):
+    """The biases of the near calls from `bias` (h, ·) by distance: the first block's (1, h, span, span) (causal, the
+    kernel masks), and the later blocks' (1, h, span, 2·span): for query r of a block and key c of its window (the
+    block before it, then its own) bias[h, span + r - c] on distances 0 … span-1, NEAR_MASK elsewhere."""
+    band = F.pad(bias, (0, max(span - bias.shape[-1], 0)))[:, :span]
     r, c = torch.arange(span, device=bias.device)[:, None], torch.arange(2 * span, device=bias.device)
     dist = span + r - c
-    near = F.pad(bias, (0, max(span - bias.shape[-1], 0)))[:, dist.clamp(0, span - 1)]
-    near = near.masked_fill((dist < 0) | (dist >= span), NEAR_MASK).to(dtype)
-    near = near[:, None].repeat(1, n, 1, 1)
-    near[:, 0, :, :span] = NEAR_MASK
-    return near.view(1, -1, span, 2 * span)
+    near = band[:, dist.clamp(0, span - 1)].masked_fill((dist < 0) | (dist >= span), NEAR_MASK)
+    return causal_bias(band, span, dtype), near.to(dtype)[None]
 
 
 class _SplitAttention(torch.autograd.Function):
-    "Causal attention with a bias zero from distance `span` on, as a near and a far fused call merged by log-sum-exp."
+    """Causal attention with a bias zero from distance `span` on, as three fused calls merged by log-sum-exp: the first
+    block of `span` queries causal with the bias; the later blocks, each against its window (a batch of blocks that
+    shares one small bias); the far keys (distance >= span) causal without a bias."""
     @staticmethod
     def forward(ctx, q, k, v, bias, span):
         b, h, t, d = q.shape
         n = -(-t // span)
-        qp, kp, vp = (F.pad(x, (0, 0, 0, n * span - t)).contiguous() for x in (q, k, v))
-        near_bias = _near_bias(bias, span, n, q.dtype)
-        out_n, lse_n, tn, mn = _fused_forward(qp.view(b, -1, span, d), _windows(kp, span), _windows(vp, span),
-                                              near_bias, False)
+        qp, kp, vp = (F.pad(x, (0, 0, 0, n * span - t)) for x in (q, k, v))
+        first, near = _near_biases(bias, span, q.dtype)
+        out, lse, t0, m0 = _fused_forward(*(x[:, :, :span].contiguous() for x in (qp, kp, vp)), first, True)
+        tn, mn, tf, mf = (), None, (), None
         acc = torch.promote_types(q.dtype, torch.float32)
-        out, lse = out_n.view(b, h, -1, d).to(acc), lse_n.reshape(b, h, -1).to(acc)
-        tf, mf = (), None
+        out, lse = out.to(acc), lse.to(acc)
         if n > 1:
+            out_n, lse_n, tn, mn = _fused_forward(_blocks_to_batch(qp[:, :, span:], span), _windows(kp, span),
+                                                  _windows(vp, span), near, False)
             out_f, lse_f, tf, mf = _fused_forward(*(x.contiguous() for x in (qp[:, :, span:], kp[:, :, :-span],
                                                                           vp[:, :, :-span])), None, True)
-            lse_all = lse.clone()
-            lse_all[..., span:] = torch.logaddexp(lse[..., span:], lse_f.to(acc))
-            out = out * (lse - lse_all).exp()[..., None]
-            out[:, :, span:] += out_f.to(acc) * (lse_f.to(acc) - lse_all[..., span:]).exp()[..., None]
-            lse = lse_all
+            out_n, lse_n = _batch_to_blocks(out_n, b).to(acc), _batch_to_blocks(lse_n, b).to(acc)
+            lse_r = torch.logaddexp(lse_n, lse_f.to(acc))
+            out_r = out_n * (lse_n - lse_r).exp()[..., None] + out_f.to(acc) * (lse_f.to(acc) - lse_r).exp()[..., None]
+            out, lse = torch.cat([out, out_r], 2), torch.cat([lse, lse_r], 2)
         out = out.to(q.dtype)
-        # q, k, v and the output are held for the band step anyway: the padded copies and the bias are redone
-        ctx.save_for_backward(q, k, v, bias, out, lse, *tn, *tf)
-        ctx.span, ctx.t, ctx.lse_dtype, ctx.meta, ctx.n_near = span, t, lse_n.dtype, (mn, mf), len(tn)
+        # q, k, v and the output are held for the band step anyway: the padded copies and the biases are redone
+        ctx.save_for_backward(q, k, v, bias, out, lse, *t0, *tn, *tf)
+        ctx.span, ctx.t, ctx.lse_dtype, ctx.meta, ctx.n_states = span, t, lse.dtype, (m0, mn, mf), (len(t0), len(tn))
         lse_out = lse[..., :t].contiguous()
         ctx.mark_non_differentiable(lse_out)
         return out[:, :, :t], lse_out
@@ -224,37 +243,35 @@ class _SplitAttention(torch.autograd.Function):
     @staticmethod
     def backward(ctx, d_out, _):
         q, k, v, bias, out, lse, *states = ctx.saved_tensors
-        span, (mn, mf) = ctx.span, ctx.meta
-        tn, tf = states[:ctx.n_near], states[ctx.n_near:]
+        span, (m0, mn, mf), (n0, nn) = ctx.span, ctx.meta, ctx.n_states
+        t0, tn, tf = states[:n0], states[n0:n0 + nn], states[n0 + nn:]
         b, h, tp, d = out.shape
-        qp, kp, vp = (F.pad(x, (0, 0, 0, tp - ctx.t)).contiguous() for x in (q, k, v))
-        near_bias = _near_bias(bias, span, tp // span, q.dtype)
-        d_out = F.pad(d_out, (0, 0, 0, tp - ctx.t)).to(qp.dtype).contiguous()
-        lse = lse.to(ctx.lse_dtype)
-        dq, dkw, dvw = _fused_backward(d_out.view(b, -1, span, d), qp.view(b, -1, span, d), _windows(kp, span),
-                                       _windows(vp, span), out.view(b, -1, span, d), lse.view(b, -1, span),
-                                       near_bias, False, tn, mn)
-        dq = dq.reshape(b, h, tp, d)
-        dk, dv = (x.reshape(b, h, -1, 2 * span, d) for x in (dkw, dvw))
-        dk, dv = dk[..., span:, :].clone(), dv[..., span:, :].clone()  # each block's own keys ...
-        dk[:, :, :-1] += dkw.reshape(b, h, -1, 2 * span, d)[:, :, 1:, :span]  # ... and as the next block's previous
-        dv[:, :, :-1] += dvw.reshape(b, h, -1, 2 * span, d)[:, :, 1:, :span]
-        dk, dv = dk.reshape(b, h, tp, d), dv.reshape(b, h, tp, d)
-        if mf is not None:
+        qp, kp, vp = (F.pad(x, (0, 0, 0, tp - ctx.t)) for x in (q, k, v))
+        d_out = F.pad(d_out, (0, 0, 0, tp - ctx.t)).to(q.dtype)
+        first, near = _near_biases(bias, span, q.dtype)
+        dq, dk, dv = (F.pad(x, (0, 0, 0, tp - span)) for x in _fused_backward(
+            *(x[:, :, :span].contiguous() for x in (d_out, qp, kp, vp, out)), lse[..., :span].contiguous(), first,
+            True, t0, m0))
+        if mn is not None:
+            rest = (_blocks_to_batch(x[:, :, span:], span) for x in (d_out, qp))
+            dqn, dkw, dvw = _fused_backward(*rest, _windows(kp, span), _windows(vp, span),
+                                            _blocks_to_batch(out[:, :, span:], span),
+                                            _blocks_to_batch(lse[..., span:], span).contiguous(),
+                                            near, False, tn, mn)
             far = (d_out[:, :, span:], qp[:, :, span:], kp[:, :, :-span], vp[:, :, :-span], out[:, :, span:],
                    lse[..., span:])
             dqf, dkf, dvf = _fused_backward(*(x.contiguous() for x in far), None, True, tf, mf)
-            dq[:, :, span:] += dqf
-            dk[:, :, :-span] += dkf
-            dv[:, :, :-span] += dvf
+            dq = dq + F.pad(_batch_to_blocks(dqn, b) + dqf, (0, 0, span, 0))
+            dk = dk + _unwindow(dkw, b, span) + F.pad(dkf, (0, 0, 0, span))
+            dv = dv + _unwindow(dvw, b, span) + F.pad(dvf, (0, 0, 0, span))
         t = ctx.t
         return dq[:, :, :t], dk[:, :, :t], dv[:, :, :t], None, None
 
 
 def split_kernel(q, k, v, bias, block_mask=None, span: int = 128):
-    """Causal attention with `bias` by distance, zero from distance `span` on (`split_span` of the band), as a near
-    and a far fused call (cuDNN on CUDA, flash on the CPU) merged by their log-sum-exps: (out, lse). On CUDA, float32
-    inputs, which cuDNN does not take, get the memory-efficient kernel whole."""
+    """Causal attention with `bias` by distance, zero from distance `span` on (`split_span` of the band), as fused
+    calls (cuDNN on CUDA, flash on the CPU) on the near and the far keys merged by their log-sum-exps: (out, lse).
+    On CUDA, float32 inputs, which cuDNN does not take, get the memory-efficient kernel whole."""
     if q.device.type == "cuda" and q.dtype not in (torch.float16, torch.bfloat16):
         return efficient_kernel(q, k, v, bias)
     return _SplitAttention.apply(q, k, v, bias.detach(), span)
