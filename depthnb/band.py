@@ -184,13 +184,12 @@ def _batch_to_blocks(x, b: int):
 
 def _windows(x, span: int):
     "(b, h, n·span, d) -> (b·(n-1), h, 2·span, d): for blocks 1 … n-1, the block before each and the block itself."
-    b, h, t, d = x.shape
+    _, h, _, d = x.shape
     return x.unfold(2, 2 * span, span).permute(0, 2, 1, 4, 3).reshape(-1, h, 2 * span, d)
 
 
 def _unwindow(dx, b: int, span: int):
     "The gradient (b, h, n·span, d) of what `_windows` gathered, given the gradient `dx` of its windows."
-    bn, h, _, d = dx.shape
     before, own = (_batch_to_blocks(part.contiguous(), b) for part in (dx[:, :, :span], dx[:, :, span:]))
     return F.pad(before, (0, 0, 0, span)) + F.pad(own, (0, 0, span, 0))
 
@@ -215,7 +214,7 @@ class _SplitAttention(torch.autograd.Function):
     shares one small bias); the far keys (distance >= span) causal without a bias."""
     @staticmethod
     def forward(ctx, q, k, v, bias, span):
-        b, h, t, d = q.shape
+        b, _, t, _ = q.shape
         n = -(-t // span)
         qp, kp, vp = (F.pad(x, (0, 0, 0, n * span - t)) for x in (q, k, v))
         first, near = _near_biases(bias, span, q.dtype)
@@ -235,7 +234,7 @@ class _SplitAttention(torch.autograd.Function):
         out = out.to(q.dtype)
         # q, k, v and the output are held for the band step anyway: the padded copies and the biases are redone
         ctx.save_for_backward(q, k, v, bias, out, lse, *t0, *tn, *tf)
-        ctx.span, ctx.t, ctx.lse_dtype, ctx.meta, ctx.n_states = span, t, lse.dtype, (m0, mn, mf), (len(t0), len(tn))
+        ctx.span, ctx.t, ctx.meta, ctx.n_states = span, t, (m0, mn, mf), (len(t0), len(tn))
         lse_out = lse[..., :t].contiguous()
         ctx.mark_non_differentiable(lse_out)
         return out[:, :, :t], lse_out
@@ -245,7 +244,7 @@ class _SplitAttention(torch.autograd.Function):
         q, k, v, bias, out, lse, *states = ctx.saved_tensors
         span, (m0, mn, mf), (n0, nn) = ctx.span, ctx.meta, ctx.n_states
         t0, tn, tf = states[:n0], states[n0:n0 + nn], states[n0 + nn:]
-        b, h, tp, d = out.shape
+        b, _, tp, _ = out.shape
         qp, kp, vp = (F.pad(x, (0, 0, 0, tp - ctx.t)) for x in (q, k, v))
         d_out = F.pad(d_out, (0, 0, 0, tp - ctx.t)).to(q.dtype)
         first, near = _near_biases(bias, span, q.dtype)
@@ -312,6 +311,7 @@ def band_attention(q, k, v, band: torch.Tensor, kernel: Callable = dense_kernel,
 
 # %% ../nbs/02g_band.ipynb #6ff3417f
 HAS_TRITON = importlib.util.find_spec("triton") is not None  # PyTorch's CUDA builds for Linux ship it
+
 
 class BandStepConfig(NamedTuple):
     "A launch configuration of the band step: query and key block sizes, warps, and whether the chunk loop is unrolled."
