@@ -25,9 +25,9 @@ if command -v nvidia-smi >/dev/null; then  # absent on the CPU (gpu_plan.py's re
 fi
 rc=0
 case $stage in
-  attention)  # band attention: backends, values and gradients vs fp32, per-call time and memory at 134M and 374M,
+  attention)  # band attention at 134M: backends, values and gradients vs fp32, per-call time and memory,
               # then `depthnb bench` (with a profile) at 134M x 12 for the fastest correct band variant
-    python3 benchmarks/attention_check.py --out "$out" --bench-shapes 134M "$@" 2>&1 | tee "$out/attention.log" \
+    python3 benchmarks/attention_check.py --out "$out" --shapes 134M "$@" 2>&1 | tee "$out/attention.log" \
       || rc=$? ;;
   attention-374M)  # the check at 374M, then `depthnb bench` at 374M x 24 (paper batch) for its fastest correct variant
     python3 benchmarks/attention_check.py --out "$out" --shapes 374M "$@" 2>&1 | tee "$out/attention-374M.log" \
