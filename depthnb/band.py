@@ -170,6 +170,11 @@ def _fused_backward(d_out, q, k, v, out, lse, bias, causal: bool, tensors, meta)
         d_out, q, k, v, out, lse, 0.0, causal, attn_mask=bias)
 
 
+def _pad_time(x, length: int):
+    "`x` (b, h, t, …) zero-padded to `length` positions; `x` itself where it has them (F.pad would copy it)."
+    return x if x.shape[2] == length else F.pad(x, (0, 0) * (x.dim() - 3) + (0, length - x.shape[2]))
+
+
 def _blocks_to_batch(x, span: int):
     "(b, h, n·span, …) -> (b·n, h, span, …): each block of `span` positions a sequence of its own."
     b, h, t, *d = x.shape
@@ -216,7 +221,7 @@ class _SplitAttention(torch.autograd.Function):
     def forward(ctx, q, k, v, bias, span):
         b, _, t, _ = q.shape
         n = -(-t // span)
-        qp, kp, vp = (F.pad(x, (0, 0, 0, n * span - t)) for x in (q, k, v))
+        qp, kp, vp = (_pad_time(x, n * span) for x in (q, k, v))
         first, near = _near_biases(bias, span, q.dtype)
         out, lse, t0, m0 = _fused_forward(*(x[:, :, :span].contiguous() for x in (qp, kp, vp)), first, True)
         tn, mn, tf, mf = (), None, (), None
@@ -245,8 +250,7 @@ class _SplitAttention(torch.autograd.Function):
         span, (m0, mn, mf), (n0, nn) = ctx.span, ctx.meta, ctx.n_states
         t0, tn, tf = states[:n0], states[n0:n0 + nn], states[n0 + nn:]
         b, _, tp, _ = out.shape
-        qp, kp, vp = (F.pad(x, (0, 0, 0, tp - ctx.t)) for x in (q, k, v))
-        d_out = F.pad(d_out, (0, 0, 0, tp - ctx.t)).to(q.dtype)
+        qp, kp, vp, d_out = (_pad_time(x, tp) for x in (q, k, v, d_out.to(q.dtype)))
         first, near = _near_biases(bias, span, q.dtype)
         dq, dk, dv = (F.pad(x, (0, 0, 0, tp - span)) for x in _fused_backward(
             *(x[:, :, :span].contiguous() for x in (d_out, qp, kp, vp, out)), lse[..., :span].contiguous(), first,

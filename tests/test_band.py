@@ -66,6 +66,15 @@ def test_split_kernel_covers_a_band_wider_than_its_block():
     assert_matches(lambda *a: band_attention(*a, kernel=KERNELS["split"]), q, k, v, band, d_out, 1e-12)
 
 
+@pytest.mark.parametrize("t", [256, 300])  # whole blocks (the inputs used as they are), and padded
+def test_split_kernel_on_the_models_layout(t):
+    "q, k, v as the model hands them over: (b, t, h, d) transposed to (b, h, t, d), not contiguous."
+    torch.manual_seed(t)
+    q, k, v, d_out = (torch.randn(2, t, 3, 16, dtype=torch.float64).transpose(1, 2) for _ in range(4))
+    band = torch.randn(3, 113, dtype=torch.float64)
+    assert_matches(lambda *a: band_attention(*a, kernel=KERNELS["split"]), q, k, v, band, d_out, 1e-12)
+
+
 @pytest.mark.slow  # compiling: ~15 s on two cores
 def test_split_kernel_compiles_whole():
     "torch.compile traces the split kernel's forward and backward in one graph (as a compiled model calls it on CUDA)."
