@@ -1,6 +1,6 @@
 """The FSDP side of tests/test_parallel.py, launched by `torchrun --nproc_per_node N` (gloo, one thread per process).
 
-usage: torchrun ... tests/_parallel_script.py train RUN_DIR [--crash-at S] [--hang-in-save S]
+usage: torchrun ... tests/_parallel_script.py train RUN_DIR [--crash-at S] [--hang-in-save S] [--band]
        torchrun ... tests/_parallel_script.py stack RUN_DIR
        torchrun ... tests/_parallel_script.py grow OUT_JSON"""
 import argparse
@@ -28,6 +28,9 @@ from depthnb.train import pretrain  # noqa: E402
 # 12 steps, a checkpoint every 4, a record every step: short enough for 2 CPU processes in seconds
 RUN = dict(steps=12, ckpt_every=4, log_every=1, eval_every=6, n_snapshots=2, warmup_steps=2)
 STACK = dict(RUN, model__n_layers=3)
+# band attention (CUDA's default; on the CPU its fused CPU kernel and the PyTorch band step): buckets that put every
+# distance from 12 on in the last one, so that 32-token sequences have a band
+BAND_RUN = dict(model__attn_impl="band-cudnn-triton", model__rel_buckets=8, model__rel_max_distance=16)
 
 
 def run_config(parallel_mode: str, **changes):
@@ -113,6 +116,7 @@ if __name__ == "__main__":
     ap.add_argument("path")
     ap.add_argument("--crash-at", type=int, default=None)
     ap.add_argument("--hang-in-save", type=int, default=None)
+    ap.add_argument("--band", action="store_true", help="train with band attention (BAND_RUN)")
     args = ap.parse_args()
     torch.set_num_threads(1)
     path = Path(args.path)
@@ -125,6 +129,7 @@ if __name__ == "__main__":
         if args.hang_in_save is not None:
             hang_in_save(args.hang_in_save, path.parent / "saving")
         try:
-            pretrain(run_config("fsdp"), path, data=DataHook(small_data(), crash_at=args.crash_at), progress=False)
+            config = run_config("fsdp", **BAND_RUN if args.band else {})
+            pretrain(config, path, data=DataHook(small_data(), crash_at=args.crash_at), progress=False)
         except Crash as e:
             print(e)

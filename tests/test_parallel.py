@@ -1,4 +1,5 @@
-"""Sharded training on 2 CPU processes (gloo, tiny shapes): FSDP2 matches 1-process training step for step; a
+"""Sharded training on 2 CPU processes (gloo, tiny shapes): FSDP2 matches 1-process training step for step, with band
+attention too; a
 sharded checkpoint written at 2 processes resumes at 2 bit-identically to an uninterrupted run, and at 1 process
 bit-identically to a 1-process run resumed from the same state; MIDAS and GradStack growth under FSDP equal growth
 without it; a SIGKILL during a sharded save leaves the previous checkpoint usable. The FSDP side runs in
@@ -16,11 +17,11 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _parallel_script import run_config, stack_run_config  # noqa: E402
+from _parallel_script import BAND_RUN, run_config, stack_run_config  # noqa: E402
 from _train_common import CUDA_TEST_DATA, assert_resumed_like, records, resumed_from, small_data  # noqa: E402
 
 from depthnb.config import StackConfig  # noqa: E402
-from depthnb.model import DecoderLM  # noqa: E402
+from depthnb.model import BandMask, DecoderLM, layer_mask  # noqa: E402
 from depthnb.optim import make_optimizer  # noqa: E402
 from depthnb.parallel import FullCheckpoints, ShardedCheckpoints  # noqa: E402
 from depthnb.runs import load_model, read_metrics  # noqa: E402
@@ -77,6 +78,19 @@ def test_fsdp_matches_single_process_step_for_step(runs, tmp_path):
     assert fsdp.step.tolist() == single.step.tolist() == list(range(1, 13))
     assert fsdp.loss.tolist() == pytest.approx(single.loss.tolist(), rel=1e-5)
     assert max_diff(weights(runs / "full"), weights(tmp_path / "single")) < 1e-5
+
+
+def test_band_attention_under_fsdp_matches_single_process(tmp_path):
+    "Band attention under FSDP2: the band step's gradient of the bias table reaches the sharded table as without FSDP."
+    config = run_config("ddp", **BAND_RUN)
+    pos = torch.arange(config.model.n_ctx)
+    assert isinstance(layer_mask(DecoderLM(config.model), pos, pos), BandMask)  # the band path, not the dense one
+    check(torchrun(2, "train", tmp_path / "fsdp", "--band"))
+    torch.set_num_threads(1)
+    pretrain(config, tmp_path / "single", data=small_data(), **QUIET)
+    fsdp, single = read_metrics(tmp_path / "fsdp", "train"), read_metrics(tmp_path / "single", "train")
+    assert fsdp.loss.tolist() == pytest.approx(single.loss.tolist(), rel=1e-5)
+    assert max_diff(weights(tmp_path / "fsdp"), weights(tmp_path / "single")) < 1e-5
 
 
 def test_resume_at_two_processes_is_bit_identical(runs, tmp_path):
