@@ -24,7 +24,7 @@ BUDGET_MINUTES = 120  # each part on a fresh clone, install included
 
 def test_parts_resolve():
     cpu = load_preset("cpu")
-    assert PARTS == ("cpu-petty-a", "cpu-petty-b", "cpu-midas") and cpu.experiments == ("report",)
+    assert PARTS == ("cpu-petty-a", "cpu-petty-b", "cpu-midas", "cpu-midas-b") and cpu.experiments == ("report",)
     for name in PARTS:
         part = load_preset(name)
         assert not part.parts and experiment_order(part.experiments)  # valid experiment names, runnable alone
@@ -35,6 +35,8 @@ def test_parts_resolve():
     assert preset_depths(a) == preset_depths(b) == (1, 3, 6) and a.control_task == "geoquery"
     assert a.pretrain.n_snapshots == a.finetune.n_snapshots == 24
     assert preset_stack_seeds("cpu-midas") == tuple(range(8)) and "midas_cogs" in load_preset("cpu-midas").experiments
+    m, mb = preset_stack_seeds("cpu-midas"), preset_stack_seeds("cpu-midas-b")  # pooled by stacking seed: disjoint
+    assert not set(m) & set(mb) and m + mb == preset_stack_seeds(cpu) and "midas_cogs" in load_preset("cpu-midas-b").experiments
 
 
 def allocation_minutes(part: Preset) -> int:
@@ -167,6 +169,7 @@ def test_report_redraws_the_pooled_figures(tmp_path):
                      ).to_csv(folder / "finetune_accuracy.csv", index=False)
         (folder / "petty_fig4_generalization.txt").write_text(f"Fig. 4 of {part}")
     (figures / "cpu-midas").mkdir()
+    (figures / "cpu-midas-b").mkdir()
     reproduce("cpu", only=["report"], runs_dir=tmp_path / "runs", figures_dir=figures, log=lambda *a: None)
     out = figures / "cpu"
     caption = (out / "petty_fig4_generalization.txt").read_text()
