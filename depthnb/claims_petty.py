@@ -19,14 +19,16 @@ from .seeds import (FLOOR, LEVEL, Interval, at_floor, by_seed, combine, depth_co
                            interval_verdict, latency_fit, pct, permutation_tail, spearman, t_interval)
 
 # %% auto #0
-__all__ = ['PAPER_CLASS', 'NEAR_BEST', 'SATURATING_TASKS', 'EQUAL_PPL_TOLERANCE', 'EQUAL_LOSS_TOLERANCE', 'LATENCY_R2',
-           'paper_class_table', 'paper_accuracy', 'paper_contrast', 'paper_trend', 'paper_log_ppl', 'log_ppl_by_seed',
-           'first_gain', 'claim_depth_lowers_ppl', 'diminishing', 'paper_diminishing', 'claim_diminishing_returns',
-           'claim_narrow_degrades', 'by_size', 'one_size_class', 'paper_ff_ratios', 'leftmost_near_best',
-           'claim_optimal_depth_grows', 'claim_wide_ratios_tolerated', 'depth_effect', 'describe_depth_effect',
-           'claim_depth_generalizes', 'middle_depth', 'bend', 'claim_saturation', 'saturation_depth',
-           'claim_vf_saturates_sooner', 'generalization_types', 'NoTypes', 'type_table', 'claim_lexical_not_structural',
-           'claim_structural_near_zero', 'control_effect', 'claim_equal_ppl', 'pick_steps', 'claim_equal_loss',
+__all__ = ['PAPER_CLASS', 'NEAR_BEST', 'SATURATING_TASKS', 'EQUAL_PPL_TOLERANCE', 'EQUAL_LOSS_TOLERANCE', 'LATENCY_MIN_DEPTHS',
+           'LATENCY_MIN_ROUNDS', 'LATENCY_MAX_SPREAD', 'LATENCY_CURVE_MARGIN', 'paper_class_table', 'paper_accuracy',
+           'paper_contrast', 'paper_trend', 'paper_log_ppl', 'log_ppl_by_seed', 'first_gain', 'claim_depth_lowers_ppl',
+           'diminishing', 'paper_diminishing', 'claim_diminishing_returns', 'claim_narrow_degrades', 'by_size',
+           'one_size_class', 'paper_ff_ratios', 'leftmost_near_best', 'claim_optimal_depth_grows',
+           'claim_wide_ratios_tolerated', 'depth_effect', 'describe_depth_effect', 'claim_depth_generalizes',
+           'middle_depth', 'bend', 'claim_saturation', 'saturation_depth', 'claim_vf_saturates_sooner',
+           'generalization_types', 'NoTypes', 'type_table', 'claim_lexical_not_structural',
+           'claim_structural_near_zero', 'control_effect', 'claim_equal_ppl', 'claim_equal_ppl_paper', 'pick_steps',
+           'depth_gaps', 'claim_equal_loss', 'declared_picks', 'claim_equal_loss_paper', 'latency_curvature',
            'claim_latency_linear', 'claim_rank_deficient']
 
 # %% ../nbs/08c_claims_petty.ipynb #87c297bf
@@ -416,10 +418,50 @@ def claim_equal_ppl(sel: pd.DataFrame, task: str) -> tuple[str, str]:
     return "; ".join(parts) + ". Paper (COGS, 134M): deeper models still generalize better.", combine(verdicts)
 
 
+def claim_equal_ppl_paper(sel: pd.DataFrame, task: str) -> tuple[str, str]:
+    """Petty's control as published (§3.3, Fig. 6): the shallowest model's final perplexity is the reference, and each
+    deeper model is fine-tuned from the checkpoint at which it first reaches it. Informative only where depth lowers
+    perplexity: where no deeper model reaches the reference (on any seed) the procedure has nothing to match and the
+    claim is not testable here; else decided as `claim_equal_ppl` on the matches to the shallowest reference."""
+    parts, verdicts = [], []
+    for name, g in sel.groupby("size_class"):
+        models = g.drop_duplicates(["n_layers", "seed"]).set_index(["seed", "n_layers"])
+        best = models.best_ppl.fillna(models.final_ppl).unstack()  # seeds x depths: each model's best pretraining PPL
+        target = models.final_ppl.unstack()[min(best.columns)]  # per seed: the shallowest model's final PPL
+        d = sorted(best.columns)
+        reached = {n: int((best[n] <= target).sum()) for n in d[1:]}
+        label = f"{name}, at the {d[0]}-layer model's PPL on {TASK_NAMES.get(task, task)}"
+        seen = (f"the {d[0]}-layer reference's final PPL {target.mean():.1f} (mean over {len(target)} seeds); the best "
+                "PPL of " + ", ".join(f"the {n}-layer models {best[n].mean():.1f}" for n in d[1:]))
+        if not any(reached.values()):
+            verdicts.append("not testable")
+            parts.append(f"{label}: depth does not lower perplexity at this scale: no deeper model reaches {seen}, so "
+                         "the paper's procedure has nothing to match")
+            continue
+        rows = g[g.reference_depth == d[0]]
+        if rows.empty:
+            verdicts.append("not testable")
+            parts.append(f"{label}: deeper models reach it (" + ", ".join(f"{n} layers on {k} of {len(target)} seeds"
+                                                                        for n, k in reached.items())
+                         + f"), but this preset's control matched to the {sorted(set(g.reference_depth))}-layer "
+                         "models only (its control_references)")
+            continue
+        text, verdict = claim_equal_ppl(rows, task)
+        verdicts.append(verdict)
+        parts.append(text.rsplit(". Paper", 1)[0] + " (reached: " + ", ".join(
+            f"{n} layers on {k} of {len(target)} seeds" for n, k in reached.items()) + ")")
+    return "; ".join(parts) + ". Paper (COGS, 134M): deeper models still generalize better.", combine(verdicts)
+
+
 def pick_steps(g: pd.DataFrame) -> str:
     "The fine-tuning steps at which each depth's models reached the threshold: equal loss can mean unequal training."
     spans = {n: (int(s.min()), int(s.max())) for n, s in g.groupby("n_layers").step}
     return ", ".join(f"{n} layer(s) {lo}" + (f"-{hi}" if hi > lo else "") for n, (lo, hi) in spans.items())
+
+
+def depth_gaps(g: pd.DataFrame, gap: pd.Series) -> str:
+    "The mean relative gap of each depth's picks from the threshold: a depth matched systematically low fits better."
+    return ", ".join(f"{n} layer(s) {100 * v:+.0f}%" for n, v in gap.groupby(g.n_layers).mean().items())
 
 
 def claim_equal_loss(sel: pd.DataFrame, task: str) -> tuple[str, str]:
@@ -437,7 +479,8 @@ def claim_equal_loss(sel: pd.DataFrame, task: str) -> tuple[str, str]:
         refined = (f"; {int(g.refined.astype(str).str.lower().eq('true').sum())} of {len(g)} picks refined (a "
                    "retrained stretch evaluated densely)") if "refined" in g else ""
         gaps = (f"matched losses {g.loss.min():.4f} to {g.loss.max():.4f} for {thresholds} "
-                f"({100 * gap.min():+.0f}% to {100 * gap.max():+.0f}%; {int((g.step == g.step.max()).sum())} of "
+                f"({100 * gap.min():+.0f}% to {100 * gap.max():+.0f}%; mean per depth {depth_gaps(g, gap)}; "
+                f"{int((g.step == g.step.max()).sum())} of "
                 f"{len(g)} picks at the last snapshot; fine-tuning steps of the picks: {pick_steps(g)}{refined})")
         if gap.abs().max() > EQUAL_LOSS_TOLERANCE:
             verdicts.append("not testable")
@@ -448,36 +491,119 @@ def claim_equal_loss(sel: pd.DataFrame, task: str) -> tuple[str, str]:
         parts.append(f"{text} ({gaps})")
     return "; ".join(parts) + ". Paper (COGS, loss 0.0002): deeper models still generalize better.", combine(verdicts)
 
+
+def declared_picks(snapshots: pd.DataFrame, sel: pd.DataFrame) -> pd.DataFrame:
+    """The declared rule's picks: per run, the first snapshot (refined stretches left out: they were added after the
+    declared rule was seen to fail) whose in-distribution loss is at or below the run's threshold (from `sel`)."""
+    thr = sel.drop_duplicates(["n_layers", "seed"]).set_index(["n_layers", "seed"]).threshold
+    s = snapshots[~snapshots.refined.astype(str).str.lower().eq("true")] if "refined" in snapshots else snapshots
+    s = s.dropna(subset=["loss"]).assign(threshold=lambda x: thr.reindex(list(zip(x.n_layers, x.seed))).to_numpy())
+    below = s[s.loss <= s.threshold].sort_values("step").groupby(["n_layers", "seed"], as_index=False).first()
+    runs = thr.reset_index()[["n_layers", "seed"]]
+    return runs.merge(below, on=["n_layers", "seed"], how="left")
+
+
+def claim_equal_loss_paper(snapshots: pd.DataFrame, sel: pd.DataFrame, task: str) -> tuple[str, str]:
+    """Petty's control as published (§3.3, Fig. 7b) under the rule declared here before the data: each model's
+    generalization accuracy at its first checkpoint at or below the common in-distribution loss; not testable where a
+    pick misses the threshold by more than EQUAL_LOSS_TOLERANCE (or a run never reaches it, or a pick is not scored)."""
+    parts, verdicts = [], []
+    for name, g in sel.groupby("size_class"):
+        label = f"{name}, at equal in-distribution loss on {TASK_NAMES.get(task, task)}"
+        keys = set(zip(g.n_layers, g.seed))
+        snaps = snapshots[[k in keys for k in zip(snapshots.n_layers, snapshots.seed)]]
+        picks = declared_picks(snaps, g)
+        gap = picks.loss / picks.threshold - 1
+        far, never = picks[gap.abs() > EQUAL_LOSS_TOLERANCE], picks[picks.loss.isna()]
+        thr = g.threshold.unique()
+        head = (f"first snapshot at or below {'a threshold of ' + format(thr[0], '.4f') if len(thr) == 1 else 'thresholds ' + format(thr.min(), '.4f') + ' to ' + format(thr.max(), '.4f') + ' (one per part)'}"
+                f" (the paper's 0.0002)")
+        if len(never) or len(far):
+            verdicts.append("not testable")
+            parts.append(f"{label}: {head}: {len(far)} of {len(picks)} picks beyond the {EQUAL_LOSS_TOLERANCE:.0%} "
+                         f"tolerance ({100 * gap.min():+.0f}% to {100 * gap.max():+.0f}%)"
+                         + (f", {len(never)} runs never at or below it" if len(never) else "")
+                         + ": the snapshots are too sparse for the loss's step-to-step jumps")
+            continue
+        if picks.accuracy.isna().any():
+            verdicts.append("not testable")
+            parts.append(f"{label}: {head}: every pick within the tolerance, but {int(picks.accuracy.isna().sum())} of "
+                         f"{len(picks)} picks were not scored on the generalization split")
+            continue
+        text, verdict = control_effect(picks.assign(size_class=name), task, label)
+        verdicts.append(verdict)
+        parts.append(f"{text} ({head}; picks {100 * gap.min():+.0f}% to {100 * gap.max():+.0f}% from it; mean per depth "
+                     f"{depth_gaps(picks, gap)})")
+    return "; ".join(parts) + ". Paper (COGS, loss 0.0002): deeper models still generalize better.", combine(verdicts)
+
 # %% ../nbs/08c_claims_petty.ipynb #14be8d6a
-LATENCY_R2 = 0.9  # "strongly linear"
+LATENCY_MIN_DEPTHS = 4  # a line and a curve need at least four depths to be told apart
+LATENCY_MIN_ROUNDS = 3  # timing rounds per depth (each the median of its timed steps)
+LATENCY_MAX_SPREAD = 0.2  # largest (max - min) / median of a depth's round medians on a quiet machine
+LATENCY_CURVE_MARGIN = 0.1  # a line: the curve's mid-range bow is within 10% of the rise over the depths
+
+
+def latency_curvature(lat: pd.DataFrame) -> dict:
+    """Least squares of seconds on depth (a line) and on depth and depth^2 (a curve) over every round of every depth:
+    the line's slope and the quadratic coefficient, each with its 95% interval, and the equivalence band of the
+    quadratic coefficient (a bow of at most LATENCY_CURVE_MARGIN of the line's rise over the depths' range)."""
+    x, y = lat.n_layers.to_numpy(float), lat.seconds.to_numpy(float)
+    line = stats.linregress(x, y)
+    t_line = stats.t.ppf((1 + LEVEL) / 2, len(x) - 2)
+    design = np.column_stack([np.ones_like(x), x, x * x])
+    coef, *_ = np.linalg.lstsq(design, y, rcond=None)
+    dof = len(x) - 3
+    sigma2 = float(((y - design @ coef) ** 2).sum()) / dof
+    se = np.sqrt(sigma2 * np.linalg.inv(design.T @ design)[2, 2])
+    t_curve = stats.t.ppf((1 + LEVEL) / 2, dof)
+    span = x.max() - x.min()
+    band = LATENCY_CURVE_MARGIN * 4 * abs(line.slope) / span  # |c| (span/2)^2 <= margin * slope * span
+    return dict(slope=Interval(line.slope, line.slope - t_line * line.stderr, line.slope + t_line * line.stderr, len(x)),
+                curve=Interval(coef[2], coef[2] - t_curve * se, coef[2] + t_curve * se, len(x)), band=band, span=span)
 
 
 def claim_latency_linear(lat: pd.DataFrame) -> tuple[str, str]:
-    """Petty: step time grows linearly with depth; holds if the slope's interval over depths lies above 0 and the linear
-    fit's R^2 reaches LATENCY_R2, not testable if the interval spans 0."""
+    """Petty (Fig. 8): step time grows linearly with depth at equal parameters. Over the timing rounds of at least
+    LATENCY_MIN_DEPTHS depths: holds if the line's slope is above 0 and the quadratic term's 95% interval lies inside the
+    band of a bow of at most LATENCY_CURVE_MARGIN of the rise; does not hold if the slope is below 0 or the quadratic
+    interval lies wholly outside the band; not testable with fewer depths or rounds, or on a busy machine (a depth's
+    round medians spread by more than LATENCY_MAX_SPREAD)."""
     parts, verdicts = [], []
     for name, g in lat.groupby("size_class"):
-        g = g.sort_values("n_layers")
-        fit = latency_fit(g)
-        reg = stats.linregress(g.n_layers.to_numpy(float), g.seconds.to_numpy(float))
-        half = stats.t.ppf((1 + LEVEL) / 2, len(g) - 2) * reg.stderr if len(g) > 2 else float("nan")
-        lo, hi = reg.slope - half, reg.slope + half
-        if np.isnan(half) or lo <= 0 <= hi:
-            verdict = "not testable"
+        depths = sorted(set(g.n_layers))
+        rounds = g.groupby("n_layers").size().min() if "round" in g else 1
+        label = f"{name} on {g.device.iloc[0]}"
+        if len(depths) < LATENCY_MIN_DEPTHS or rounds < LATENCY_MIN_ROUNDS:
+            verdicts.append("not testable")
+            parts.append(f"{label}: {len(depths)} depths ({', '.join(map(str, depths))}) x {rounds} timing round(s); "
+                         f"a line is told from a curve with at least {LATENCY_MIN_DEPTHS} depths x "
+                         f"{LATENCY_MIN_ROUNDS} rounds")
+            continue
+        med = g.groupby("n_layers").seconds
+        spread = ((med.max() - med.min()) / med.median()).max()
+        if spread > LATENCY_MAX_SPREAD:
+            verdicts.append("not testable")
+            parts.append(f"{label}: not measured: machine busy (a depth's round medians spread {spread:.0%} of their "
+                         f"median, more than {LATENCY_MAX_SPREAD:.0%})")
+            continue
+        f = latency_curvature(g)
+        s, c, band = f["slope"], f["curve"], f["band"]
+        if s.hi < 0 or (s.lo > 0 and (c.lo > band or c.hi < -band)):
+            verdict = "does not hold"
+        elif s.lo > 0 and -band <= c.lo and c.hi <= band:
+            verdict = "holds"
         else:
-            verdict = "does not hold" if hi < 0 else "holds" if fit.r2 >= LATENCY_R2 else "inconclusive"
+            verdict = "not testable" if s.lo <= 0 <= s.hi else "inconclusive"
         verdicts.append(verdict)
-        parts.append(f"{name} on {g.device.iloc[0]}: {reg.slope:.3g} s/layer ({LEVEL:.0%} interval [{lo:.3g}, {hi:.3g}]), "
-                     f"R^2 {fit.r2:.3f}, deepest/shallowest {g.seconds.iloc[-1] / g.seconds.iloc[0]:.2f}x"
+        means = med.median()
+        parts.append(f"{label}, {len(depths)} depths x {rounds} rounds: slope {s.mean:.3g} s/layer ({LEVEL:.0%} interval "
+                     f"[{s.lo:.3g}, {s.hi:.3g}]); quadratic term {c.mean:.3g} s/layer^2 [{c.lo:.3g}, {c.hi:.3g}] against a "
+                     f"line's band of +-{band:.3g} (a bow of {LATENCY_CURVE_MARGIN:.0%} of the rise over "
+                     f"{f['span']:g} layers); deepest/shallowest {means.iloc[-1] / means.iloc[0]:.2f}x; largest spread "
+                     f"of a depth's round medians {spread:.0%}"
                      + ("; the slope's interval spans 0: depth moves the step time less than the timing noise"
                         if verdict == "not testable" else ""))
-        if "train_flops_per_token" in g and "seconds_max" in g:
-            flops = g.train_flops_per_token.iloc[-1] / g.train_flops_per_token.iloc[0]
-            spread = ((g.seconds_max - g.seconds_min) / g.seconds).median()
-            parts[-1] += (f"; the deepest model does {flops:.2f}x the shallowest's FLOPs per token, and one step's "
-                          f"spread (min to max of the timed steps) is {spread:.0%} of its median")
-    return (f"; ".join(parts) + f". Holds if the slope's interval is above 0 and R^2 >= {LATENCY_R2}. Paper: strongly "
-            "linear (374M, accelerators).", combine(verdicts))
+    return (f"; ".join(parts) + ". Paper: strongly linear (374M, accelerators).", combine(verdicts))
 
 
 def claim_rank_deficient(summary: pd.DataFrame) -> tuple[str, str]:

@@ -20,7 +20,7 @@ from .devices import autocast, configure_backends, maybe_compile, resolve_device
 from .optim import make_optimizer, train_step
 
 # %% auto #0
-__all__ = ['step_latency']
+__all__ = ['step_latency', 'latency_depths']
 
 # %% ../nbs/05c_latency.ipynb #4f10531c
 def step_latency(size_class, depths=None, *, base: PretrainConfig | None = None, batch_size: int | None = None,
@@ -49,3 +49,13 @@ def step_latency(size_class, depths=None, *, base: PretrainConfig | None = None,
                          batch_size=batch_size, n_ctx=cfg.n_ctx, device=str(dev)))
         del model, optimizer, fwd
     return pd.DataFrame(rows)
+
+# %% ../nbs/05c_latency.ipynb #0e3b6acc
+def latency_depths(trained, class_depths, at_least: int = 5) -> tuple[int, ...]:
+    "The depths to time: those `trained`, with `class_depths` added (shallowest first) until there are `at_least`."
+    depths = sorted(set(trained))
+    for n in sorted(set(class_depths) - set(depths)):
+        if len(depths) >= at_least:
+            break
+        depths.append(n)
+    return tuple(sorted(depths))

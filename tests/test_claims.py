@@ -218,17 +218,43 @@ def test_equal_loss():
 
 # --- Fig. 8, 9 -----------------------------------------------------------------------------------------------------
 
-def latency_table(seconds) -> pd.DataFrame:
-    return pd.DataFrame(dict(size_class="c", n_layers=DEPTHS, seconds=seconds, device="cpu"))
+def latency_table(seconds_of, depths=DEPTHS, rounds=3, noise=0.0, rng=None) -> pd.DataFrame:
+    "A petty_fig8_latency_rounds-like table: per depth and round, seconds_of(depth) plus Gaussian noise."
+    rng = rng or np.random.default_rng(0)
+    return pd.DataFrame([dict(size_class="c", n_layers=d, round=r, seconds=seconds_of(d) + rng.normal(0, noise),
+                              device="cpu") for r in range(rounds) for d in depths])
 
 
-def test_latency():
+LINE = lambda d: 0.05 + 0.01 * d  # noqa: E731
+CURVE = lambda d: 0.05 + 0.004 * d * d  # noqa: E731  the same rise from 1 to 6 layers, bowed
+
+
+def test_latency_each_verdict():
+    assert claim_latency_linear(latency_table(LINE, noise=0.0005))[1] == "holds"
+    evidence, verdict = claim_latency_linear(latency_table(CURVE, noise=0.0005))
+    assert verdict == "does not hold" and "quadratic term" in evidence, evidence
+    assert claim_latency_linear(latency_table(lambda d: 0.2 - 0.01 * d, noise=0.0005))[1] == "does not hold"
+    assert claim_latency_linear(latency_table(LINE, noise=0.004))[1] == "inconclusive"  # a line, too noisy to tell
+    evidence, verdict = claim_latency_linear(latency_table(LINE, depths=(1, 3, 6), noise=0.0005))
+    assert verdict == "not testable" and "3 depths" in evidence, evidence  # three points: a line and a curve alike
+    assert claim_latency_linear(latency_table(LINE, rounds=2, noise=0.0005))[1] == "not testable"
+    assert claim_latency_linear(latency_table(LINE).drop(columns="round"))[1] == "not testable"  # no rounds recorded
+    busy = latency_table(LINE, noise=0.0005)
+    busy.loc[(busy.n_layers == 3) & (busy["round"] == 1), "seconds"] *= 1.5  # one round slowed by other work
+    evidence, verdict = claim_latency_linear(busy)
+    assert verdict == "not testable" and "not measured: machine busy" in evidence, evidence
+    assert claim_latency_linear(latency_table(lambda d: 0.1, noise=0.002))[1] == "not testable"  # flat: no slope
+
+
+def test_latency_null_rates():
     rng = np.random.default_rng(12)
-    null = [claim_latency_linear(latency_table(0.1 + rng.normal(0, 0.01, len(DEPTHS))))[1] for _ in range(DRAWS)]
-    assert rate(null) <= RATE_BOUND
-    assert claim_latency_linear(latency_table(0.05 + 0.02 * np.array(DEPTHS) + rng.normal(0, 0.002, 5)))[1] == "holds"
-    # the committed cpu table's step times: the slope's interval spans 0
-    assert claim_latency_linear(latency_table([0.0907, 0.0831, 0.1011, 0.0997, 0.1102]))[1] == "not testable"
+    # flat step times: never a line that rises
+    assert rate([claim_latency_linear(latency_table(lambda d: 0.1, noise=0.002, rng=rng))[1] for _ in range(DRAWS)]) == 0
+    # a curve whose bow is 3x the margin: "holds" at most at the nominal rate
+    assert rate([claim_latency_linear(latency_table(CURVE, noise=0.004, rng=rng))[1] for _ in range(DRAWS)]) <= RATE_BOUND
+    # a true line: "does not hold" at most at the nominal rate
+    lines = [claim_latency_linear(latency_table(LINE, noise=0.002, rng=rng))[1] for _ in range(DRAWS)]
+    assert rate(lines, "does not hold") <= RATE_BOUND
 
 
 def rank_table(init_auc, trained_auc) -> pd.DataFrame:
@@ -253,7 +279,8 @@ def test_rank_compares_against_init():
 
 STACK_T1 = pd.DataFrame(dict(method=["baseline", "gradstack", "midas"], val_loss=[4.153, 4.084, 4.081],
                              flop_speedup=[1.0, 1.24, 1.24]))
-PAPER_T1 = pd.DataFrame(dict(model=["1B", "1B"], method=["Baseline", "MIDAS"], val_loss=[2.0, 2.036]))
+PAPER_T1 = pd.DataFrame(dict(model=["1B", "1B"], method=["Baseline", "MIDAS"], val_loss=[2.0, 2.036],
+                             schedule=[None, "Prop-1"], speedup=[1.0, 1.39]))
 
 
 def test_single_runs_are_never_decided():
@@ -512,7 +539,7 @@ def valid_loss_table(gap, seeds=8, sd=0.01, rng=None) -> pd.DataFrame:
 
 def test_midas_loss_paired_over_stacking_seeds():
     family = ppl_table(lambda d: 4.1, seeds=2)
-    margin = 0.036  # PAPER_T1: the paper's largest MIDAS-minus-baseline gap, positive (MIDAS slightly worse)
+    margin = 0.036  # PAPER_T1: the paper's MIDAS-minus-baseline gap at its only schedule, positive (MIDAS slightly worse)
     evidence, verdict = claim_midas_loss_near_baseline(STACK_T1, PAPER_T1, family, "v", valid_loss_table(-0.05))
     assert verdict == "holds" and "per stacking seed" in evidence and "over 8 seeds" in evidence
     assert "seed 7 " in evidence and len(evidence.split("seed 0 ")[1].split(",")[0].split(".")[1]) == 6  # 6 decimals
@@ -721,18 +748,14 @@ def test_vf_saturates_sooner_compares_the_bends():
 
 
 def test_latency_verdicts_and_evidence():
-    from depthnb.claims_petty import claim_latency_linear
-
-    evidence, verdict = claim_latency_linear(latency_table([0.10, 0.13, 0.11, 0.15, 0.19]))
-    assert verdict == "inconclusive"  # the slope is above 0, but R^2 0.851 is not "strongly linear"
-    assert evidence.startswith("c on cpu: 0.0172 s/layer (95% interval [0.00399, 0.0303]), R^2 0.851, "
-                               "deepest/shallowest 1.90x. Holds if")
-    assert claim_latency_linear(latency_table([0.3, 0.25, 0.2, 0.15, 0.05]))[1] == "does not hold"  # falls with depth
-    evidence, verdict = claim_latency_linear(latency_table([0.0907, 0.0831, 0.1011, 0.0997, 0.1102]))
+    evidence, verdict = claim_latency_linear(latency_table(LINE, noise=0.0005))
+    assert verdict == "holds" and evidence.startswith("c on cpu, 5 depths x 3 rounds: slope 0.00989 s/layer"), evidence
+    assert "against a line's band of +-" in evidence and "Paper: strongly linear" in evidence
+    evidence, verdict = claim_latency_linear(latency_table(lambda d: 0.1, noise=0.002))
     assert verdict == "not testable"
     assert "; the slope's interval spans 0: depth moves the step time less than the timing noise" in evidence
-    two = pd.DataFrame(dict(size_class="c", n_layers=[1, 2], seconds=[0.1, 0.2], device="cpu"))
-    assert claim_latency_linear(two)[1] == "not testable"  # two depths: a line, but no interval
+    evidence, verdict = claim_latency_linear(latency_table(LINE, depths=(1, 2)))
+    assert verdict == "not testable" and "2 depths (1, 2) x 3 timing round(s)" in evidence, evidence
 
 
 def table6(arithmetic, no_calculator, calculator) -> pd.DataFrame:
@@ -822,3 +845,121 @@ def test_depth2_at_chance_reads_the_choice_table_only_when_exact_match_decides_n
     assert "midas_table6_choice" not in evidence
     evidence, verdict = claim_depth2_at_chance(at_chance, decided, 100)
     assert verdict == "holds" and evidence.startswith("exact match: neither model beats random guessing")
+
+
+# --- Fig. 6, 7 by the paper's procedure (issue 56) ----------------------------------------------------------------
+
+def paper_fig6_selection(acc: pd.DataFrame, ppl_by_depth, gap: float = -0.005) -> pd.DataFrame:
+    """A petty_fig6_selection-like table of the paper's procedure: the shallowest depth is the reference (final PPL
+    `ppl_by_depth(shallowest)`), every deeper model matched at `gap`, or never reaching it where its best PPL is higher."""
+    shallow = acc.n_layers.min()
+    target = ppl_by_depth(shallow)
+    rows = acc.assign(reference_depth=shallow, target_ppl=target, final_ppl=acc.n_layers.map(ppl_by_depth),
+                      best_ppl=acc.n_layers.map(ppl_by_depth))
+    reached = rows.best_ppl <= target
+    return rows.assign(status=np.where(rows.n_layers == shallow, "reference", np.where(reached, "matched", "never_reached")),
+                       rel_gap=np.where(rows.n_layers == shallow, 0.0, np.where(reached, gap, np.nan)),
+                       step=np.where(rows.n_layers == shallow, 10, 5),
+                       accuracy=np.where(reached | (rows.n_layers == shallow), rows.accuracy, np.nan))
+
+
+def test_equal_ppl_paper_each_verdict():
+    from depthnb.claims_petty import claim_equal_ppl_paper
+
+    falls = lambda d: 70.0 - d  # noqa: E731  deeper models reach the 1-layer PPL
+    rises = lambda d: 60.0 + d  # noqa: E731  depth raises perplexity, as at cpu
+    effect = accuracy_table(lambda d: 0.2 + 0.1 * d, noise=0.02)
+    assert claim_equal_ppl_paper(paper_fig6_selection(effect, falls), "geoquery")[1] == "holds"
+    worse = accuracy_table(lambda d: 0.8 - 0.1 * d, noise=0.02)
+    assert claim_equal_ppl_paper(paper_fig6_selection(worse, falls), "geoquery")[1] == "does not hold"
+    flat = accuracy_table(lambda d: 0.5, noise=0.2)
+    assert claim_equal_ppl_paper(paper_fig6_selection(flat, falls), "geoquery")[1] == "inconclusive"
+    evidence, verdict = claim_equal_ppl_paper(paper_fig6_selection(effect, rises), "geoquery")
+    assert verdict == "not testable" and "depth does not lower perplexity at this scale" in evidence, evidence
+    reversed_control = equal_ppl_selection(effect, -0.005).assign(final_ppl=lambda t: t.n_layers.map(falls),
+                                                                  best_ppl=lambda t: t.n_layers.map(falls))
+    evidence, verdict = claim_equal_ppl_paper(reversed_control, "geoquery")  # reached, but matched to the deepest only
+    assert verdict == "not testable" and "matched to the [6]-layer models only" in evidence, evidence
+    rng = np.random.default_rng(20)
+    null = [claim_equal_ppl_paper(paper_fig6_selection(shuffle_within_seed(effect, rng), falls), "geoquery")[1]
+            for _ in range(DRAWS)]
+    assert rate(null) <= RATE_BOUND
+
+
+def fig7_tables(acc: pd.DataFrame, loss_at_pick) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """petty_fig7_snapshots- and _selection-like tables: every run evaluated at steps 100..800 with its loss falling
+    through the threshold 0.02 at step 500, where its loss is `loss_at_pick(depth)` and its accuracy is scored."""
+    snaps, sel = [], []
+    for r in acc.itertuples():
+        for step in range(100, 900, 100):
+            loss = 0.05 if step < 500 else loss_at_pick(r.n_layers) if step == 500 else 0.01
+            snaps.append(dict(n_layers=r.n_layers, seed=r.seed, step=step, refined=False, loss=loss,
+                              accuracy=r.accuracy if step == 500 else np.nan, n=100))
+        sel.append(dict(size_class="c", n_layers=r.n_layers, seed=r.seed, threshold=0.02, step=500, loss=loss_at_pick(r.n_layers),
+                        accuracy=r.accuracy, refined=False))
+    return pd.DataFrame(snaps).assign(size_class="c"), pd.DataFrame(sel)
+
+
+def test_equal_loss_paper_each_verdict():
+    from depthnb.claims_petty import claim_equal_loss_paper
+
+    effect = accuracy_table(lambda d: 0.2 + 0.1 * d, noise=0.02)
+    assert claim_equal_loss_paper(*fig7_tables(effect, lambda d: 0.0195), "geoquery")[1] == "holds"
+    worse = accuracy_table(lambda d: 0.8 - 0.1 * d, noise=0.02)
+    assert claim_equal_loss_paper(*fig7_tables(worse, lambda d: 0.0195), "geoquery")[1] == "does not hold"
+    flat = accuracy_table(lambda d: 0.5, noise=0.2)
+    assert claim_equal_loss_paper(*fig7_tables(flat, lambda d: 0.0195), "geoquery")[1] == "inconclusive"
+    evidence, verdict = claim_equal_loss_paper(*fig7_tables(effect, lambda d: 0.012 if d == 1 else 0.0195), "geoquery")
+    assert verdict == "not testable" and "5 of 25 picks beyond the 10% tolerance (-40% to -3%)" in evidence, evidence
+    snaps, sel = fig7_tables(effect, lambda d: 0.0195)
+    snaps.loc[snaps.step == 500, "accuracy"] = np.nan  # matched, but never scored
+    assert claim_equal_loss_paper(snaps, sel, "geoquery")[1] == "not testable"
+    snaps, sel = fig7_tables(effect, lambda d: 0.0195)  # a refined snapshot is not the declared rule's
+    snaps = pd.concat([snaps, snaps[snaps.step == 500].assign(step=450, refined=True, loss=0.019)], ignore_index=True)
+    assert claim_equal_loss_paper(snaps, sel, "geoquery")[1] == "holds"
+    rng = np.random.default_rng(21)
+    null = [claim_equal_loss_paper(*fig7_tables(shuffle_within_seed(effect, rng), lambda d: 0.0195), "geoquery")[1]
+            for _ in range(DRAWS)]
+    assert rate(null) <= RATE_BOUND
+
+
+def test_equal_loss_does_not_hold_and_shows_systematic_gaps():
+    "The adapted rule's 'does not hold', and picks at systematically unequal loss inside the tolerance are shown."
+    worse = accuracy_table(lambda d: 0.8 - 0.1 * d, noise=0.02)
+    assert claim_equal_loss(worse.assign(threshold=0.02, loss=0.0195, step=800), "geoquery")[1] == "does not hold"
+    effect = accuracy_table(lambda d: 0.2 + 0.1 * d, noise=0.02)
+    skewed = effect.assign(threshold=0.02, loss=np.where(effect.n_layers == 1, 0.0218, 0.0182), step=800)
+    evidence, verdict = claim_equal_loss(skewed, "geoquery")
+    assert verdict == "holds" and "mean per depth 1 layer(s) +9%, 2 layer(s) -9%" in evidence, evidence
+
+
+def test_equal_ppl_does_not_hold():
+    worse = accuracy_table(lambda d: 0.8 - 0.1 * d, noise=0.02)
+    assert claim_equal_ppl(equal_ppl_selection(worse, -0.005), "geoquery")[1] == "does not hold"
+
+
+def midas_tables(gaps, base_curve_slope=0.0):
+    "Table 1 (one row per method), the paper's Table 1, the per-seed final losses and the validation curves."
+    from depthnb.paper import table1_paper
+
+    t1 = pd.DataFrame([dict(method="baseline", schedule=None, flop_speedup=1.0, val_loss=4.15),
+                       dict(method="midas", schedule="prop-1", flop_speedup=1.24, val_loss=4.15 + np.mean(gaps))])
+    per_seed = pd.DataFrame([dict(method=m, seed=s, val_loss=4.15 + (g if m == "midas" else 0.0))
+                             for s, g in enumerate(gaps) for m in ("baseline", "midas")])
+    curve = pd.DataFrame([dict(method="baseline", seed=s, step=step, val_loss=4.2 + base_curve_slope * step / 1000
+                               + 0.001 * ((step // 100 + s) % 2)) for s in range(len(gaps)) for step in range(100, 1300, 100)])
+    return t1, table1_paper(), per_seed, curve
+
+
+def test_midas_loss_near_baseline_margin_sign_and_convergence():
+    t1, paper, per_seed, curve = midas_tables([-0.06, -0.05, -0.055, -0.045])
+    evidence, verdict = claim_midas_loss_near_baseline(t1, paper, None, "v", per_seed, curve)
+    assert verdict == "holds" and "closest schedule (Prop-1, 1.39x: 1B +0.032, 2B +0.021), the largest +0.032" in evidence
+    assert "The sign is the opposite of the paper's" in evidence and "is flat within the interval" in evidence, evidence
+    t1, paper, per_seed, curve = midas_tables([0.02, 0.04, 0.025, 0.035], base_curve_slope=-0.05)
+    evidence, verdict = claim_midas_loss_near_baseline(t1, paper, None, "v", per_seed, curve)
+    assert verdict == "inconclusive" and "opposite" not in evidence  # the interval straddles the +0.032 margin
+    assert "has not converged" in evidence and "under-trained baseline" in evidence, evidence
+    t1, paper, per_seed, _ = midas_tables([0.05, 0.06, 0.055, 0.05])
+    evidence, verdict = claim_midas_loss_near_baseline(t1, paper, None, "v", per_seed, None)
+    assert verdict == "does not hold" and "convergence is not checked" in evidence

@@ -165,6 +165,7 @@ details > summary code { font-size: 0.85em; }
 .depthnb-verdicts { font-size: 0.8rem; border-collapse: collapse; width: 100%; }
 .depthnb-verdicts td, .depthnb-verdicts th { padding: 0.2rem 0.4rem; vertical-align: top; border-bottom: 1px solid var(--pst-color-border); }
 .depthnb-verdict { white-space: nowrap; font-weight: 600; padding: 0 0.3rem; border-radius: 0.2rem; }
+.depthnb-adapted { font-size: 0.7rem; font-style: italic; white-space: nowrap; }
 .depthnb-holds { background: #d8f0d8; color: #14501a; } .depthnb-fails { background: #f6d6d6; color: #6b1010; }
 .depthnb-open { background: #f7ecc8; color: #5a4500; } .depthnb-none { background: #e8e8e8; color: #333; }
 .bd-main .bd-content .bd-article-container { max-width: 100%; }  /* wide tables scroll in their own box, not the page */

@@ -21,7 +21,8 @@ __all__ = ['PRESET_ORDER', 'PAPERS', 'VERDICT_CLASS', 'Output', 'shown_presets',
            'paper_order', 'output_patterns', 'code_cells', 'output_cell', 'experiment_owners', 'escape_pseudo_tags',
            'short_caption', 'thumbnail', 'figure_block', 'table_block', 'relative_url', 'page_outputs',
            'experiment_results', 'with_results', 'split_evidence', 'shorten', 'stability_word', 'claim_reference',
-           'claim_output', 'output_url', 'verdict_table', 'results_markdown', 'report_markdown', 'gallery_html']
+           'claim_output', 'output_url', 'adapted_badge', 'verdict_table', 'adapted_details', 'results_markdown',
+           'report_markdown', 'gallery_html']
 
 # %% ../../nbs/95d_site_results.ipynb #287ae77a
 PRESET_ORDER = ("paper", "small", "cpu", "tiny")  # the most meaningful first; any other shown preset after these
@@ -290,6 +291,16 @@ def output_url(out: Output, owners: dict[str, str], page: str, experiment_page) 
     return file, relative_url(f"{experiment_page(owner)}{anchor}", page)
 
 
+def adapted_badge(r: dict) -> str:
+    "The adapted procedure's verdict under the paper's, labelled as adapted, where the claim has one."
+    verdict = r.get("adapted_verdict", "")
+    if not isinstance(verdict, str) or not verdict:
+        return ""
+    cls = VERDICT_CLASS.get(verdict, "none")
+    return (f'<br><span class="depthnb-adapted" title="{html.escape(str(r.get("adapted_why", "")))}">adapted: '
+            f'<span class="depthnb-verdict depthnb-{cls}">{html.escape(verdict)}</span></span>')
+
+
 def verdict_table(rows: pd.DataFrame, links: list[str]) -> str:
     "One paper's claims as an HTML table: claim, ours, the paper's, verdict, stability, links."
     head = "<tr><th>claim</th><th>ours</th><th>paper</th><th>verdict</th><th>stability</th><th>see</th></tr>"
@@ -300,9 +311,19 @@ def verdict_table(rows: pd.DataFrame, links: list[str]) -> str:
         body.append(
             f"<tr><td><b>{html.escape(str(r['where']))}</b> {html.escape(str(r['claim']))}</td>"
             f"<td>{html.escape(shorten(ours, 130))}</td><td>{html.escape(shorten(paper, 70))}</td>"
-            f'<td><span class="depthnb-verdict depthnb-{cls}">{html.escape(str(r["verdict"]))}</span></td>'
+            f'<td><span class="depthnb-verdict depthnb-{cls}">{html.escape(str(r["verdict"]))}</span>{adapted_badge(r)}</td>'
             f'<td title="{html.escape(str(r["stability"]))}">{html.escape(stability_word(r["stability"]))}</td><td>{link}</td></tr>')
     return f'<div class="depthnb-table-box"><table class="depthnb-verdicts">{head}{"".join(body)}</table></div>'
+
+
+def adapted_details(r: dict) -> str:
+    "The adapted procedure's verdict, evidence, reason and stability, for the full-evidence list."
+    verdict = r.get("adapted_verdict", "")
+    if not isinstance(verdict, str) or not verdict:
+        return ""
+    return (f"<br><b>Adapted procedure</b> ({html.escape(verdict)}). {html.escape(str(r['adapted_evidence']))} "
+            f"<i>Why adapted: {html.escape(str(r['adapted_why']))} Stability: "
+            f"{html.escape(str(r['adapted_stability']))}</i>")
 
 
 def results_markdown(root: Path, presets: list[str], owners: dict[str, str], experiment_page, page: str = "results.html") -> str:
@@ -313,11 +334,15 @@ def results_markdown(root: Path, presets: list[str], owners: dict[str, str], exp
            "gives, and whether it survives losing any one seed. Each row links to its figure (or table) and to the "
            "experiment page that makes it; the full evidence and the rule are under each table.", "",
            "Made from `figures/<preset>/fidelity.csv` when the site is built. Verdicts: **holds**, **does not hold**, "
-           "**mixed** (per task), **inconclusive** (the interval spans the decision), **not testable** (the data "
-           "cannot decide, e.g. accuracy at the floor), **not reproducible here** (needs what this preset lacks).", ""]
+           "**mixed** (the claim is checked per task or size class and holds for some while it does not hold or is "
+           "inconclusive for others), **inconclusive** (the interval spans the decision), **not testable** (the data "
+           "cannot decide, e.g. accuracy at the floor, or the paper's procedure has nothing to match at this scale), "
+           "**not reproducible here** (needs what this preset lacks). The verdict is the paper's procedure; where this "
+           "scale needed another, the *adapted* verdict is shown under it, labelled, with its reason in the full "
+           "evidence and in the change log `figures/verdict_changes.csv`; it never replaces the paper's.", ""]
     for preset in presets:
         folder = Path(root) / "figures" / preset
-        fid = pd.read_csv(folder / "fidelity.csv")
+        fid = pd.read_csv(folder / "fidelity.csv", keep_default_na=False)
         stems = {o.stem: o for o in preset_outputs(root, preset)}
         sections = report_sections((folder / "REPORT.md").read_text())
         counts = ", ".join(f"{n} {v}" for v, n in fid.verdict.value_counts().items())
@@ -337,7 +362,8 @@ def results_markdown(root: Path, presets: list[str], owners: dict[str, str], exp
             out += [f"### {PAPERS.get(paper, paper)} ({preset})", "", verdict_table(rows, links), ""]
             details = "".join(f"<li><b>{html.escape(str(r['where']))}: {html.escape(str(r['claim']))}</b> "
                               f"({html.escape(str(r['verdict']))}). {html.escape(str(r['evidence']))} "
-                              f"<i>Stability: {html.escape(str(r['stability']))}</i></li>" for r in rows.to_dict("records"))
+                              f"<i>Stability: {html.escape(str(r['stability']))}</i>{adapted_details(r)}</li>"
+                              for r in rows.to_dict("records"))
             out += [f"<details><summary>Full evidence and rules ({len(rows)} claims)</summary><ul>{details}</ul></details>", ""]
     return "\n".join(out)
 
