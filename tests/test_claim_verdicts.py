@@ -6,14 +6,16 @@ figures/tiny: `finetune_accuracy`, `midas_table6`, `midas_table7`, `midas_downst
 each verdict the rule can return: "holds", "does not hold", "inconclusive", "mixed", "not testable", "not reproducible
 here", and no other (the single-run rules never decide). Each rule with an interval also gets a null-rate test: data
 with no effect (or exactly at the paper's effect size, for the "does not hold" tail), NULL_DRAWS draws, and the share
-deciding "holds" or "does not hold" must stay near the nominal 2.5% per tail (at most TAIL_BOUND, the 95% binomial
-upper bound of 2.5% over NULL_DRAWS draws). The rules' tests in tests/test_claims.py are not repeated here."""
+deciding "holds" or "does not hold" must stay near the nominal 2.5% per tail (at most `tail_bound`: the share a
+correct 2.5% tail exceeds with probability under 1%; 100 draws for the slowest rules). The rules' tests in
+tests/test_claims.py are not repeated here."""
 
 import zlib
 
 import numpy as np
 import pandas as pd
 import pytest
+from scipy import stats
 
 from depthnb.claims_midas import (claim_arithmetic_poor, claim_depth2_at_chance, claim_downstream_beyond_ppl,
                                   claim_isoplots, claim_looped_similarity, claim_midas_beats_gradstack,
@@ -26,12 +28,26 @@ from depthnb.paper import CALCULATOR_GROUPS, GROUP_TASKS
 
 NULL_DRAWS = 200
 TAIL = 0.025  # the nominal rate of each tail of a 95% interval
-TAIL_BOUND = TAIL + 1.96 * np.sqrt(TAIL * (1 - TAIL) / NULL_DRAWS)  # 0.047 over 200 draws
+
+
+def tail_bound(draws: int) -> float:
+    "The share of draws a correct 2.5% tail exceeds with probability under 1% (0.055 over 200 draws, 0.07 over 100)."
+    return float(stats.binom.ppf(0.99, draws, TAIL)) / draws
+
+
+TAIL_BOUND, HALF_BOUND = tail_bound(NULL_DRAWS), tail_bound(NULL_DRAWS // 2)  # the slow rules get 100 draws
 VERDICTS = {"holds", "does not hold", "inconclusive", "mixed", "not testable", "not reproducible here"}
 
 
 def rate(verdicts, verdict) -> float:
     return float(np.mean([v == verdict for v in verdicts]))
+
+
+def null_rates(name: str, verdicts) -> dict[str, float]:
+    "Each tail's share of a null test's draws, printed (pytest -s) for the record."
+    rates = {v: rate(verdicts, v) for v in ("holds", "does not hold")}
+    print(f"null {name}: {len(verdicts)} draws, holds {rates['holds']:.3f}, does not hold {rates['does not hold']:.3f}")
+    return rates
 
 
 # --- Petty: accuracy by depth (finetune_accuracy: size_class, task, n_layers, seed, accuracy) ---------------------
@@ -67,11 +83,12 @@ def test_saturation_does_not_hold_when_the_gain_comes_late():
 
 
 def test_saturation_null_at_the_papers_bend():
-    "The 'does not hold' tail: the true bend is the paper's (GeoQuery, 1 -> 3 -> 6 layers: +13.5 points)."
+    """The 'does not hold' tail: the true bend is the paper's (GeoQuery, 1 -> 3 -> 6 layers: +13.5 points), measured
+    noisily enough that the interval usually reaches below 0 (above it, "holds" comes first)."""
     rng = np.random.default_rng(41)
     at_paper = {1: 0.2, 2: 0.35, 3: 0.5, 4: 0.58, 6: 0.665}  # (0.5 - 0.2) - (0.665 - 0.5) = 0.135
-    verdicts = [claim_saturation(accuracy_rows(at_paper.get, noise=0.03, rng=rng))[1] for _ in range(NULL_DRAWS)]
-    assert rate(verdicts, "does not hold") <= TAIL_BOUND
+    verdicts = [claim_saturation(accuracy_rows(at_paper.get, noise=0.1, rng=rng))[1] for _ in range(NULL_DRAWS)]
+    assert null_rates("saturation at the paper's bend", verdicts)["does not hold"] <= TAIL_BOUND
     assert rate(verdicts, "not testable") == 0  # the gain with depth is always established here
 
 
@@ -84,10 +101,11 @@ def test_vf_saturates_sooner_null_equal_bends():
     "COGS-vf and COGS with the same curve: the bend difference is 0, each tail decided at most ~2.5% of the time."
     rng = np.random.default_rng(42)
     same = lambda d: 0.2 + 0.4 * min(d, 3) / 3  # noqa: E731  rises, then flat: both bend over equally
-    verdicts = [claim_vf_saturates_sooner(both_tasks(same, same, noise=0.03, rng=rng))[1] for _ in range(NULL_DRAWS)]
+    verdicts = [claim_vf_saturates_sooner(both_tasks(same, same, noise=0.03, rng=rng))[1]
+                for _ in range(NULL_DRAWS // 2)]
     assert rate(verdicts, "not testable") == 0
-    assert rate(verdicts, "holds") <= TAIL_BOUND
-    assert rate(verdicts, "does not hold") <= TAIL_BOUND
+    rates = null_rates("COGS-vf saturates sooner, equal bends", verdicts)
+    assert rates["holds"] <= HALF_BOUND and rates["does not hold"] <= HALF_BOUND
 
 
 def test_vf_saturates_sooner_inconclusive_and_mixed():
@@ -137,7 +155,8 @@ def test_structural_near_zero_null_at_the_floor():
         structural = t.generalization_type == "structural"
         t.loc[structural, "accuracy"] = 0.05 + rng.normal(0, 0.01, structural.sum())
         verdicts.append(claim_structural_near_zero(t)[1])
-    assert rate(verdicts, "holds") <= TAIL_BOUND and rate(verdicts, "does not hold") <= TAIL_BOUND
+    rates = null_rates("structural near zero, at the floor", verdicts)
+    assert rates["holds"] <= TAIL_BOUND and rates["does not hold"] <= TAIL_BOUND
 
 
 def test_depth_generalizes_inconclusive_and_mixed():
@@ -200,8 +219,10 @@ def test_rank_deficient_other_verdicts():
 def test_rank_deficient_null_both_tails():
     "Training adds noise unrelated to d_model/d_ff: with 120 orderings each tail decides ~1/120 of the time."
     rng = np.random.default_rng(45)
-    verdicts = [claim_rank_deficient(rank_rows(INIT, INIT + rng.normal(0.05, 0.01, 5)))[1] for _ in range(NULL_DRAWS)]
-    assert rate(verdicts, "holds") <= TAIL_BOUND and rate(verdicts, "does not hold") <= TAIL_BOUND
+    verdicts = [claim_rank_deficient(rank_rows(INIT, INIT + rng.normal(0.05, 0.01, 5)))[1]
+                for _ in range(NULL_DRAWS // 2)]
+    rates = null_rates("rank deficient, added skew unrelated to the ratio", verdicts)
+    assert rates["holds"] <= HALF_BOUND and rates["does not hold"] <= HALF_BOUND
 
 
 # --- Saunshi: Table 6, Table 7 (midas_table6 / _choice, midas_table7 / _choice) -------------------------------------
@@ -348,11 +369,12 @@ def test_wall_clock_every_verdict():
 
 
 def test_wall_clock_null_at_the_flop_saving():
-    "The 'does not hold' tail: MIDAS saves exactly its FLOP saving in wall clock, measured with noise over 5 seeds."
+    """The 'does not hold' tail: MIDAS saves exactly its FLOP saving in wall clock (+0.214 in ln), 5 seeds timed
+    noisily enough that the interval usually reaches below 0 (above it, "holds" comes first)."""
     rng = np.random.default_rng(46)
-    verdicts = [claim_wall_clock(speedup_rows(np.exp(np.log(1.2389) + rng.normal(0, 0.05, 5)),
-                                              np.exp(rng.normal(0, 0.05, 5))))[1] for _ in range(NULL_DRAWS)]
-    assert rate(verdicts, "does not hold") <= TAIL_BOUND
+    verdicts = [claim_wall_clock(speedup_rows(np.exp(np.log(1.2389) + rng.normal(0, 0.25, 5)),
+                                              np.exp(rng.normal(0, 0.25, 5))))[1] for _ in range(NULL_DRAWS)]
+    assert null_rates("wall clock at the FLOP saving", verdicts)["does not hold"] <= TAIL_BOUND
 
 
 def similarity_rows(per_seed_gap) -> pd.DataFrame:
@@ -371,7 +393,8 @@ def test_looped_similarity_inconclusive_on_seeds():
 def test_looped_similarity_null_does_not_hold_tail():
     rng = np.random.default_rng(47)
     verdicts = [claim_looped_similarity(similarity_rows(rng.normal(0, 0.03, 5)))[1] for _ in range(NULL_DRAWS)]
-    assert rate(verdicts, "does not hold") <= TAIL_BOUND and rate(verdicts, "holds") <= TAIL_BOUND
+    rates = null_rates("MIDAS as alike as GradStack", verdicts)
+    assert rates["holds"] <= TAIL_BOUND and rates["does not hold"] <= TAIL_BOUND
 
 
 def iso_rows(gaps, tasks=("Copying (random-letter words)", "Copying (real words)")) -> pd.DataFrame:
@@ -383,12 +406,13 @@ def iso_rows(gaps, tasks=("Copying (random-letter words)", "Copying (real words)
 
 
 def test_isoplots_null_both_tails():
-    "No lead (holds tail) and exactly Table 6's lead of +8.4 points (does not hold tail), over 5 seeds."
+    "No lead (holds tail) and exactly Table 6's lead (does not hold tail), over 5 seeds, on one primitive."
     rng = np.random.default_rng(48)
-    none = [claim_isoplots(iso_rows(rng.normal(0, 0.03, 5)))[1] for _ in range(NULL_DRAWS // 2)]
-    at_paper = [claim_isoplots(iso_rows(0.084 + rng.normal(0, 0.03, 5)))[1] for _ in range(NULL_DRAWS // 2)]
-    bound = TAIL + 1.96 * np.sqrt(TAIL * (1 - TAIL) / (NULL_DRAWS // 2))
-    assert rate(none, "holds") <= bound and rate(at_paper, "does not hold") <= bound
+    one = ("Copying (real words)",)  # Table 6: MIDAS 17.8% vs baseline 10.3%, a lead of +7.5 points
+    none = [claim_isoplots(iso_rows(rng.normal(0, 0.03, 5), one))[1] for _ in range(NULL_DRAWS // 2)]
+    at_paper = [claim_isoplots(iso_rows(0.075 + rng.normal(0, 0.12, 5), one))[1] for _ in range(NULL_DRAWS // 2)]
+    assert null_rates("isoplots (primitives), no lead", none)["holds"] <= HALF_BOUND
+    assert null_rates("isoplots (primitives), Table 6's lead", at_paper)["does not hold"] <= HALF_BOUND
 
 
 def cogs_rows(per_seed_gap, base=20.0) -> pd.DataFrame:
@@ -599,33 +623,33 @@ def test_gsm8k_finetuned_every_verdict():
 NULL_SEEDS = 4
 
 
-def null_verdicts(claim, tasks, acc_of_noise, rng) -> list[str]:
-    return [claim(downstream_rows(acc_of_noise(rng.normal(0, 0.03, NULL_SEEDS)), tasks, seeds=NULL_SEEDS), None)[1]
+def null_verdicts(claim, tasks, acc_of_noise, rng, noise) -> list[str]:
+    return [claim(downstream_rows(acc_of_noise(rng.normal(0, noise, NULL_SEEDS)), tasks, seeds=NULL_SEEDS), None)[1]
             for _ in range(NULL_DRAWS // 2)]
 
 
-@pytest.mark.parametrize("name,claim,tasks,tail,null", [
-    ("open-book, no gain", OPEN, ("squadv2",), "holds", lambda e: ahead(e)),
-    ("open-book, the paper's gain", OPEN, ("squadv2",), "does not hold", lambda e: ahead(OPEN_EFFECT + e)),
-    ("math, the paper's gain", MATH, ("asdiv",), "does not hold", lambda e: ahead(MATH_EFFECT + e)),
-    ("closed-book, no gain", CLOSED, ("nq_open",), "does not hold", lambda e: ahead(e)),
-    ("closed-book, the margin", CLOSED, ("nq_open",), "holds", lambda e: ahead(OPEN_EFFECT + e)),
-    ("TyDi QA, equal gains", TYDI, ("tydiqa_nocontext", "tydiqa_goldp"), "holds", lambda e: tydi_acc(e, 0.0)),
-    ("TyDi QA, equal gains", TYDI, ("tydiqa_nocontext", "tydiqa_goldp"), "does not hold", lambda e: tydi_acc(e, 0.0)),
-    ("calculator, no gain", CALC, ("asdiv",), "holds",
+@pytest.mark.parametrize("name,claim,tasks,tails,null", [
+    ("open-book, no gain", OPEN, ("squadv2",), ("holds",), lambda e: ahead(e)),
+    ("open-book, the paper's gain", OPEN, ("squadv2",), ("does not hold",), lambda e: ahead(OPEN_EFFECT + e)),
+    ("math, the paper's gain", MATH, ("asdiv",), ("does not hold",), lambda e: ahead(MATH_EFFECT + e, base=0.4)),
+    ("closed-book, no gain", CLOSED, ("nq_open",), ("does not hold",), lambda e: ahead(e)),
+    ("closed-book, the margin", CLOSED, ("nq_open",), ("holds",), lambda e: ahead(OPEN_EFFECT + e)),
+    ("TyDi QA, equal gains", TYDI, ("tydiqa_nocontext", "tydiqa_goldp"), ("holds", "does not hold"),
+     lambda e: tydi_acc(e, 0.0)),
+    ("calculator, no gain", CALC, ("asdiv",), ("holds", "does not hold"),
      lambda e: lambda task, m, s, calc: 0.3 + 0.01 * (s % 3) + e[s] * calc),
-    ("calculator, no gain", CALC, ("asdiv",), "does not hold",
-     lambda e: lambda task, m, s, calc: 0.3 + 0.01 * (s % 3) + e[s] * calc),
-    ("GSM8k fine-tuned, no gain", GSM_FT, ("gsm8k_finetuned",), "holds", lambda e: ahead(e)),
-    ("GSM8k fine-tuned, no gain", GSM_FT, ("gsm8k_finetuned",), "does not hold", lambda e: ahead(e)),
+    ("GSM8k fine-tuned, no gain", GSM_FT, ("gsm8k_finetuned",), ("holds", "does not hold"), lambda e: ahead(e)),
 ])
-def test_downstream_null_rates(name, claim, tasks, tail, null):
+def test_downstream_null_rates(name, claim, tasks, tails, null):
     """Each tail of each downstream interval rule on data at its null: MIDAS no better (or exactly the paper's gain,
-    for a 'does not hold' below it), per-seed noise of 3 points, 4 seeds. A rule over two calculator settings decides
+    for a 'does not hold' below it), per-seed noise of 3 points (10 for math's +7.0), 4 seeds. A rule over two calculator settings decides
     a tail when both settings do (combine), so its rate is at most the nominal one."""
-    verdicts = null_verdicts(claim, tasks, null, np.random.default_rng(zlib.crc32(f"{name} {tail}".encode())))
-    bound = TAIL + 1.96 * np.sqrt(TAIL * (1 - TAIL) / (NULL_DRAWS // 2))
-    assert rate(verdicts, tail) <= bound, name
+    noise = 0.1 if name.startswith("math") else 0.03  # wide enough to reach below 0 at the paper's +7.0 points
+    verdicts = null_verdicts(claim, tasks, null, np.random.default_rng(zlib.crc32(name.encode())), noise)
+    rates = null_rates(name, verdicts)
+    for tail in tails:
+        assert rates[tail] <= HALF_BOUND, (name, tail)
+    assert rates["holds"] + rates["does not hold"] < 0.5  # the noise leaves most draws undecided: the tails can move
 
 
 def test_downstream_isoplot_null_rates():
@@ -633,5 +657,89 @@ def test_downstream_isoplot_null_rates():
     verdicts = [ISO(RESULTS, iso_group_rows(dict(open_book_qa=list(rng.normal(0, 0.03, 4)),
                                                  math=list(rng.normal(0, 0.03, 4)))))[1]
                 for _ in range(NULL_DRAWS // 2)]
-    bound = TAIL + 1.96 * np.sqrt(TAIL * (1 - TAIL) / (NULL_DRAWS // 2))
-    assert rate(verdicts, "holds") <= bound and rate(verdicts, "does not hold") <= bound
+    rates = null_rates("downstream isoplots, no lead", verdicts)
+    assert rates["holds"] <= HALF_BOUND and rates["does not hold"] <= HALF_BOUND
+
+
+# --- Petty §3.1: across size classes (pretrain_final_ppl, per seed) ---------------------------------------------------
+
+SIZE_DEPTHS = (1, 2, 3, 4, 6)
+
+
+def size_rows(curves, seeds=6, sd=0.0, rng=None, wobble=0.0) -> pd.DataFrame:
+    """pretrain_final_ppl rows of one size class per curve (ln PPL by depth), d_model growing along the list (names in
+    the reverse order, so sorting by name would be wrong); d_ff = 12 d_model / depth, so d_model/d_ff = depth / 12 in
+    every class. Per seed, ln PPL = curve + N(0, sd) + `wobble` times an alternating sign."""
+    rng = rng or np.random.default_rng(0)
+    rows = []
+    for i, curve in enumerate(curves):
+        name, d_model = f"{'zyx'[i]}{i}", 64 * 2 ** i
+        for s in range(seeds):
+            for d in SIZE_DEPTHS:
+                loss = curve(d) + (rng.normal(0, sd) if sd else 0.0) + wobble * (-1) ** (s + d)
+                rows.append(dict(size_class=name, n_layers=d, d_model=d_model, d_ff=12 * d_model // d, seed=s,
+                                 split="v", step=1200, loss=loss, ppl=float(np.exp(loss))))
+    return pd.DataFrame(rows)
+
+
+def u_at(best, depth=0.01):
+    "ln PPL with its lowest point at `best` layers."
+    return lambda d: 4.1 + depth * (d - best) ** 2
+
+
+def edge_at(ratio_depth):
+    "ln PPL flat from `ratio_depth` layers on, 10% higher (beyond the 5% band) below it."
+    return lambda d: 4.1 + (np.log(1.10) if d < ratio_depth else 0.0)
+
+
+def test_optimal_depth_grows_every_verdict():
+    evidence, verdict = claim_optimal_depth_grows(size_rows([u_at(2), u_at(4)]), "v")
+    assert verdict == "holds"
+    assert evidence == ("best depth (lowest PPL) per seed, mean 2.0 layers at z0, 4.0 layers at y1; y1 minus z0 per "
+                        "seed +2.0 layers, 95% interval [+2.0, +2.0] over 6 seeds. Holds above 0, does not hold below "
+                        "0. Paper: the best depth is 5 layers at 41M, 12 layers at 134M, 24 layers at 374M.")
+    assert claim_optimal_depth_grows(size_rows([u_at(4), u_at(2)]), "v")[1] == "does not hold"
+    assert claim_optimal_depth_grows(size_rows([u_at(2), u_at(3), u_at(4)]), "v")[1] == "holds"
+    # the same optimum in both classes, seeds that disagree: inconclusive
+    same = size_rows([u_at(3, 0.001), u_at(3, 0.001)], seeds=4, sd=0.004, rng=np.random.default_rng(50))
+    assert claim_optimal_depth_grows(same, "v")[1] == "inconclusive"
+    unpaired = size_rows([u_at(2), u_at(4)])
+    unpaired = unpaired[(unpaired.size_class == "z0") | (unpaired.seed >= 10)]
+    unpaired = pd.concat([unpaired, size_rows([u_at(2), u_at(4)]).query("size_class == 'y1'").assign(seed=lambda t: t.seed + 10)])
+    evidence, verdict = claim_optimal_depth_grows(unpaired, "v")
+    assert verdict == "not testable" and "no seed ran in both z0 and y1" in evidence
+    evidence, verdict = claim_optimal_depth_grows(size_rows([u_at(2)]), "v")
+    assert verdict == "not reproducible here" and evidence.startswith("one size class at this preset (z0)")
+    with pytest.raises(ValueError, match="no split 'x'"):
+        claim_optimal_depth_grows(size_rows([u_at(2), u_at(4)]), "x")
+
+
+def test_wide_ratios_tolerated_every_verdict():
+    # the larger class is within 5% of its best from 2 layers (d_model/d_ff 2/12) on, the smaller from 4 (4/12)
+    evidence, verdict = claim_wide_ratios_tolerated(size_rows([edge_at(4), edge_at(2)]), "v")
+    assert verdict == "holds"
+    assert evidence.startswith("smallest d_model/d_ff within 5% of the seed's best PPL, mean z0 0.333, y1 0.167; z0 "
+                               "minus y1 per seed +0.167, 95% interval [+0.167, +0.167] over 6 seeds. Holds above 0, "
+                               "does not hold below 0. Paper (Table 3 PPL, Table 2 widths): 41M ")
+    assert claim_wide_ratios_tolerated(size_rows([edge_at(2), edge_at(4)]), "v")[1] == "does not hold"
+    assert claim_wide_ratios_tolerated(size_rows([edge_at(4), edge_at(4), edge_at(2)]), "v")[1] == "holds"
+    # the 5% edge between 2 and 3 layers in both classes, seeds that disagree: inconclusive
+    edge = lambda d: 4.1 + (np.log(1.05) if d <= 2 else 0.0)  # noqa: E731
+    same = size_rows([edge, edge], seeds=4, sd=0.004, rng=np.random.default_rng(51))
+    assert claim_wide_ratios_tolerated(same, "v")[1] == "inconclusive"
+    evidence, verdict = claim_wide_ratios_tolerated(size_rows([edge_at(2)]), "v")
+    assert verdict == "not reproducible here" and evidence.startswith("one size class at this preset (z0)")
+
+
+@pytest.mark.parametrize("name,curve", [("flat", lambda d: 4.1), ("the optimum between 2 and 3 layers", u_at(2.5)),
+                                        ("the 5% edge between 2 and 3 layers",
+                                         lambda d: 4.1 + (np.log(1.05) if d <= 2 else 0.0))])
+def test_size_class_rules_null_the_same_curve(name, curve):
+    """No effect of size: both classes share one curve, 6 seeds with the committed cpu run's seed-to-seed sd of ln PPL
+    (0.006). Reading the class means instead (the rule before), 'holds' came in 28-36% of draws; per seed, with its
+    interval, each tail stays near 2.5%."""
+    rng = np.random.default_rng(zlib.crc32(name.encode()))
+    tables = [size_rows([curve, curve], sd=0.006, rng=rng) for _ in range(NULL_DRAWS // 2)]
+    for rule in (claim_optimal_depth_grows, claim_wide_ratios_tolerated):
+        rates = null_rates(f"{rule.__name__}, {name}", [rule(t, "v")[1] for t in tables])
+        assert rates["holds"] <= HALF_BOUND and rates["does not hold"] <= HALF_BOUND
