@@ -23,7 +23,7 @@ __all__ = ['PAPER_CLASS', 'NEAR_BEST', 'SATURATING_TASKS', 'EQUAL_PPL_TOLERANCE'
            'paper_class_table', 'paper_accuracy', 'paper_contrast', 'paper_trend', 'paper_log_ppl', 'log_ppl_by_seed',
            'first_gain', 'claim_depth_lowers_ppl', 'diminishing', 'paper_diminishing', 'claim_diminishing_returns',
            'claim_narrow_degrades', 'by_size', 'one_size_class', 'paper_ff_ratios', 'leftmost_near_best',
-           'size_classes', 'best_depth_by_seed', 'leftmost_by_seed', 'largest_minus_smallest',
+           'size_classes', 'best_depth_by_seed', 'leftmost_by_seed', 'largest_minus_smallest', 'few_seeds',
            'claim_optimal_depth_grows', 'claim_wide_ratios_tolerated', 'depth_effect', 'describe_depth_effect',
            'claim_depth_generalizes', 'middle_depth', 'bend', 'claim_saturation', 'saturation_depth',
            'claim_vf_saturates_sooner', 'generalization_types', 'NoTypes', 'type_table', 'claim_lexical_not_structural',
@@ -145,6 +145,8 @@ def claim_narrow_degrades(ppl: pd.DataFrame, split: str) -> tuple[str, str]:
     return "; ".join(parts) + ". Paper: the curves turn up at their deep, narrow ends.", combine(verdicts)
 
 # %% ../nbs/08c_claims_petty.ipynb #579b4ad9
+from .seeds import RUNS_NEEDED
+
 NEAR_BEST = 0.05  # Petty §3.1, Fig. 3b: "within a few percentage points of the best-in-class model"
 
 
@@ -200,6 +202,13 @@ def largest_minus_smallest(classes: list[tuple[str, pd.DataFrame]], per_seed) ->
     return stats_, (stats_[last] - stats_[first]).dropna()
 
 
+def few_seeds(diff: pd.Series, classes: list) -> str:
+    """Why a per-seed comparison of size classes is not decided: fewer than RUNS_NEEDED seeds ran in both (a statistic
+    that takes a few values, as a best depth does, ties on two seeds often enough to give a zero-width interval)."""
+    return (f"{len(diff)} seed(s) ran in both {classes[0][0]} and {classes[-1][0]}: at least {RUNS_NEEDED} are needed "
+            "for an interval over seeds")
+
+
 def claim_optimal_depth_grows(ppl: pd.DataFrame, split: str) -> tuple[str, str]:
     """Petty: the depth of lowest perplexity grows with model size; per pretraining seed, the largest class's best depth
     minus the smallest class's: holds if its interval over seeds lies above 0, does not hold if below 0."""
@@ -209,8 +218,8 @@ def claim_optimal_depth_grows(ppl: pd.DataFrame, split: str) -> tuple[str, str]:
         return f"{reason}. {paper}", "not reproducible here"
     best, diff = largest_minus_smallest(classes, best_depth_by_seed)
     means = "best depth (lowest PPL) per seed, mean " + ", ".join(f"{s.mean():.1f} layers at {c}" for c, s in best.items())
-    if diff.empty:
-        return f"{means}; no seed ran in both {classes[0][0]} and {classes[-1][0]}. {paper}", "not testable"
+    if len(diff) < RUNS_NEEDED:
+        return f"{means}; {few_seeds(diff, classes)}. {paper}", "not testable"
     iv = t_interval(diff)
     return (f"{means}; {classes[-1][0]} minus {classes[0][0]} per seed " + describe(iv, "layers", 1)
             + f". Holds above 0, does not hold below 0. {paper}", interval_verdict(iv))
@@ -229,8 +238,8 @@ def claim_wide_ratios_tolerated(ppl: pd.DataFrame, split: str) -> tuple[str, str
     left, diff = largest_minus_smallest(classes, leftmost_by_seed)
     means = (f"smallest d_model/d_ff within {NEAR_BEST:.0%} of the seed's best PPL, mean "
              + ", ".join(f"{c} {s.mean():.3f}" for c, s in left.items()))
-    if diff.empty:
-        return f"{means}; no seed ran in both {classes[0][0]} and {classes[-1][0]}. {paper}", "not testable"
+    if len(diff) < RUNS_NEEDED:
+        return f"{means}; {few_seeds(diff, classes)}. {paper}", "not testable"
     iv = t_interval(-diff)
     return (f"{means}; {classes[0][0]} minus {classes[-1][0]} per seed " + describe(iv, "", 1, None, 3)
             + f". Holds above 0, does not hold below 0. {paper}", interval_verdict(iv))

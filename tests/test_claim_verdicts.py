@@ -700,7 +700,9 @@ def test_optimal_depth_grows_every_verdict():
     unpaired = unpaired[(unpaired.size_class == "z0") | (unpaired.seed >= 10)]
     unpaired = pd.concat([unpaired, size_rows([u_at(2), u_at(4)]).query("size_class == 'y1'").assign(seed=lambda t: t.seed + 10)])
     evidence, verdict = claim_optimal_depth_grows(unpaired, "v")
-    assert verdict == "not testable" and "no seed ran in both z0 and y1" in evidence
+    assert verdict == "not testable" and "0 seed(s) ran in both z0 and y1: at least 3 are needed" in evidence
+    evidence, verdict = claim_optimal_depth_grows(size_rows([u_at(2), u_at(4)], seeds=2), "v")  # would be [+2, +2]
+    assert verdict == "not testable" and "2 seed(s) ran in both z0 and y1" in evidence
     evidence, verdict = claim_optimal_depth_grows(size_rows([u_at(2)]), "v")
     assert verdict == "not reproducible here" and evidence.startswith("one size class at this preset (z0)")
     with pytest.raises(ValueError, match="no split 'x'"):
@@ -720,6 +722,8 @@ def test_wide_ratios_tolerated_every_verdict():
     edge = lambda d: 4.1 + (np.log(1.05) if d <= 2 else 0.0)  # noqa: E731
     same = size_rows([edge, edge], seeds=4, sd=0.004, rng=np.random.default_rng(51))
     assert claim_wide_ratios_tolerated(same, "v")[1] == "inconclusive"
+    evidence, verdict = claim_wide_ratios_tolerated(size_rows([edge_at(4), edge_at(2)], seeds=2), "v")
+    assert verdict == "not testable" and "2 seed(s) ran in both z0 and y1" in evidence
     evidence, verdict = claim_wide_ratios_tolerated(size_rows([edge_at(2)]), "v")
     assert verdict == "not reproducible here" and evidence.startswith("one size class at this preset (z0)")
 
