@@ -142,10 +142,14 @@ CLAIMS = [
           f"ln PPL deepest minus next-deepest {SEEDS}, only where the 1->2 gain holds (an upturn needs an optimum); "
           "null: perplexity rising monotonically with depth",
           lambda t: claim_narrow_degrades(t("pretrain_final_ppl"), t.ppl_split)),
-    Claim("Petty", "§3.1, Fig. 3a", "The optimal depth grows with model size", "needs two size classes",
-          lambda t: claim_optimal_depth_grows(t("pretrain_relative_perplexity"))),
+    Claim("Petty", "§3.1, Fig. 3a", "The optimal depth grows with model size",
+          f"largest minus smallest size class's depth of lowest PPL {SEEDS}; holds above 0, does not hold below 0; "
+          "null: the same curve in every class; needs two size classes",
+          lambda t: claim_optimal_depth_grows(t("pretrain_final_ppl"), t.ppl_split)),
     Claim("Petty", "§3.1, Fig. 3b", "Larger models tolerate more extreme feed-forward ratios (wider d_ff near the best PPL)",
-          "needs two size classes", lambda t: claim_wide_ratios_tolerated(t("pretrain_relative_perplexity"))),
+          f"smallest minus largest size class's smallest d_model/d_ff within 5% of the best PPL {SEEDS}; holds above "
+          "0, does not hold below 0; null: the same curve in every class; needs two size classes",
+          lambda t: claim_wide_ratios_tolerated(t("pretrain_final_ppl"), t.ppl_split)),
     Claim("Petty", "Fig. 4", "Deeper models generalize better compositionally", CONTRAST + "; not testable at the floor",
           lambda t: claim_depth_generalizes(t("finetune_accuracy"))),
     Claim("Petty", "Fig. 4", "The benefit saturates: most of the gain comes by the middle depth",

@@ -23,7 +23,8 @@ __all__ = ['PAPER_CLASS', 'NEAR_BEST', 'SATURATING_TASKS', 'EQUAL_PPL_TOLERANCE'
            'LATENCY_MIN_ROUNDS', 'LATENCY_MAX_SPREAD', 'LATENCY_CURVE_MARGIN', 'paper_class_table', 'paper_accuracy',
            'paper_contrast', 'paper_trend', 'paper_log_ppl', 'log_ppl_by_seed', 'first_gain', 'claim_depth_lowers_ppl',
            'diminishing', 'paper_diminishing', 'claim_diminishing_returns', 'claim_narrow_degrades', 'by_size',
-           'one_size_class', 'paper_ff_ratios', 'leftmost_near_best', 'claim_optimal_depth_grows',
+           'one_size_class', 'paper_ff_ratios', 'leftmost_near_best', 'size_classes', 'best_depth_by_seed',
+           'leftmost_by_seed', 'largest_minus_smallest', 'few_seeds', 'claim_optimal_depth_grows',
            'claim_wide_ratios_tolerated', 'depth_effect', 'describe_depth_effect', 'claim_depth_generalizes',
            'middle_depth', 'bend', 'claim_saturation', 'saturation_depth', 'claim_vf_saturates_sooner',
            'generalization_types', 'NoTypes', 'type_table', 'claim_lexical_not_structural',
@@ -146,6 +147,8 @@ def claim_narrow_degrades(ppl: pd.DataFrame, split: str) -> tuple[str, str]:
     return "; ".join(parts) + ". Paper: the curves turn up at their deep, narrow ends.", combine(verdicts)
 
 # %% ../nbs/08c_claims_petty.ipynb #579b4ad9
+from .seeds import RUNS_NEEDED
+
 NEAR_BEST = 0.05  # Petty §3.1, Fig. 3b: "within a few percentage points of the best-in-class model"
 
 
@@ -174,33 +177,74 @@ def leftmost_near_best(g: pd.DataFrame) -> float:
     return g[g.ppl <= (1 + NEAR_BEST) * g.ppl.min()].ff_ratio.min()
 
 
-def claim_optimal_depth_grows(rel: pd.DataFrame) -> tuple[str, str]:
-    """Petty: the depth of lowest perplexity grows with model size; holds if the best depth of the class means never
-    falls and rises from the smallest class to the largest."""
-    classes = by_size(rel)
+def size_classes(ppl: pd.DataFrame, split: str) -> list[tuple[str, pd.DataFrame]]:
+    "The size classes of pretrain_final_ppl on `split`, smallest d_model first (each its rows)."
+    if split not in set(ppl.split):
+        raise ValueError(f"pretrain_final_ppl has no split {split!r}; it has {sorted(set(ppl.split))}")
+    return by_size(ppl[ppl.split == split])
+
+
+def best_depth_by_seed(g: pd.DataFrame) -> pd.Series:
+    "Per seed, the depth of one size class's lowest perplexity (pretrain_final_ppl rows)."
+    return by_seed(g, "ppl").idxmin(axis=1).astype(float)
+
+
+def leftmost_by_seed(g: pd.DataFrame) -> pd.Series:
+    "Per seed, the smallest d_model/d_ff whose perplexity is within NEAR_BEST of that seed's best (pretrain_final_ppl rows)."
+    t = by_seed(g, "ppl")
+    ratio = (g.d_model / g.d_ff).groupby(g.n_layers).first()[t.columns]
+    near = t.le((1 + NEAR_BEST) * t.min(axis=1), axis=0)
+    return near.mul(ratio.to_numpy(), axis=1).where(near).min(axis=1)
+
+
+def largest_minus_smallest(classes: list[tuple[str, pd.DataFrame]], per_seed) -> tuple[dict, pd.Series]:
+    "Each class's per-seed statistic (`per_seed`) and, per seed both ran, the largest class's minus the smallest's."
+    stats_ = {name: per_seed(g) for name, g in classes}
+    first, last = classes[0][0], classes[-1][0]
+    return stats_, (stats_[last] - stats_[first]).dropna()
+
+
+def few_seeds(diff: pd.Series, classes: list) -> str:
+    """Why a per-seed comparison of size classes is not decided: fewer than RUNS_NEEDED seeds ran in both (a statistic
+    that takes a few values, as a best depth does, ties on two seeds often enough to give a zero-width interval)."""
+    return (f"{len(diff)} seed(s) ran in both {classes[0][0]} and {classes[-1][0]}: at least {RUNS_NEEDED} are needed "
+            "for an interval over seeds")
+
+
+def claim_optimal_depth_grows(ppl: pd.DataFrame, split: str) -> tuple[str, str]:
+    """Petty: the depth of lowest perplexity grows with model size; per pretraining seed, the largest class's best depth
+    minus the smallest class's: holds if its interval over seeds lies above 0, does not hold if below 0."""
+    classes = size_classes(ppl, split)
     paper = "Paper: the best depth is " + ", ".join(f"{n} layers at {c}" for c, n in PETTY_OPTIMAL_DEPTH.items()) + "."
     if reason := one_size_class(classes):
         return f"{reason}. {paper}", "not reproducible here"
-    best = [int(g.loc[g.ppl.idxmin()].n_layers) for _, g in classes]
-    grows = all(np.diff(best) >= 0) and best[-1] > best[0]
-    return ("best depth (lowest mean PPL) " + ", ".join(f"{n} layers at {c}" for (c, _), n in zip(classes, best))
-            + f". {paper}", "holds" if grows else "does not hold")
+    best, diff = largest_minus_smallest(classes, best_depth_by_seed)
+    means = "best depth (lowest PPL) per seed, mean " + ", ".join(f"{s.mean():.1f} layers at {c}" for c, s in best.items())
+    if len(diff) < RUNS_NEEDED:
+        return f"{means}; {few_seeds(diff, classes)}. {paper}", "not testable"
+    iv = t_interval(diff)
+    return (f"{means}; {classes[-1][0]} minus {classes[0][0]} per seed " + describe(iv, "layers", 1)
+            + f". Holds above 0, does not hold below 0. {paper}", interval_verdict(iv))
 
 
-def claim_wide_ratios_tolerated(rel: pd.DataFrame) -> tuple[str, str]:
-    """Petty: larger models tolerate wider feed-forward ratios; holds if the smallest d_model/d_ff within NEAR_BEST of
-    each class's best perplexity never rises and falls from the smallest class to the largest."""
-    classes = by_size(rel)
+def claim_wide_ratios_tolerated(ppl: pd.DataFrame, split: str) -> tuple[str, str]:
+    """Petty: larger models tolerate wider feed-forward ratios; per pretraining seed, the smallest class's smallest
+    d_model/d_ff within NEAR_BEST of its best perplexity minus the largest class's: holds if its interval over seeds
+    lies above 0 (the near-best range reaches wider ratios in the larger class), does not hold if below 0."""
+    classes = size_classes(ppl, split)
     paper = by_size(paper_ff_ratios())
     paper = (f"Paper (Table 3 PPL, Table 2 widths): " + ", ".join(f"{c} {leftmost_near_best(g):.3f}" for c, g in paper)
              + "; the near-best range widens leftward with size.")
     if reason := one_size_class(classes):
         return f"{reason}. {paper}", "not reproducible here"
-    left = [leftmost_near_best(g) for _, g in classes]
-    widens = all(np.diff(left) <= 0) and left[-1] < left[0]
-    return (f"smallest d_model/d_ff within {NEAR_BEST:.0%} of the class's best PPL: "
-            + ", ".join(f"{c} {x:.3f}" for (c, _), x in zip(classes, left)) + f". {paper}",
-            "holds" if widens else "does not hold")
+    left, diff = largest_minus_smallest(classes, leftmost_by_seed)
+    means = (f"smallest d_model/d_ff within {NEAR_BEST:.0%} of the seed's best PPL, mean "
+             + ", ".join(f"{c} {s.mean():.3f}" for c, s in left.items()))
+    if len(diff) < RUNS_NEEDED:
+        return f"{means}; {few_seeds(diff, classes)}. {paper}", "not testable"
+    iv = t_interval(-diff)
+    return (f"{means}; {classes[0][0]} minus {classes[-1][0]} per seed " + describe(iv, "", 1, None, 3)
+            + f". Holds above 0, does not hold below 0. {paper}", interval_verdict(iv))
 
 # %% ../nbs/08c_claims_petty.ipynb #d63cfa99
 SATURATING_TASKS = ("cogs", "cogs_vf", "geoquery")  # Petty §3.2: the tasks with threshold depths

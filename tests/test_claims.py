@@ -678,51 +678,6 @@ def test_isoplots_decide_over_seeds_at_matched_loss():
     assert evidence == "at the floor (5.0%) for both methods at every snapshot on Copying (real words)"
 
 
-def size_table(best_depths, left_ratios=None) -> pd.DataFrame:
-    """Relative-PPL rows (Fig. 3) of one size class per entry, d_model growing along the list: class i's lowest PPL
-    at depth `best_depths[i]`; with `left_ratios`, its smallest d_model/d_ff within 5% of its best is
-    `left_ratios[i]`."""
-    rows = []
-    for i, best in enumerate(best_depths):
-        name, d_model = f"{'zyx'[i]}{i}", 64 * 2 ** i  # names in the reverse order of size: sorted by d_model
-        for n in (1, 2, 3, 4, 6):
-            ratio = 0.05 * n  # deeper: narrower feed-forward, a larger d_model/d_ff
-            ppl = 10.0 + abs(n - best)
-            if left_ratios is not None:
-                ppl = 10.0 if ratio >= left_ratios[i] else 11.0
-            rows.append(dict(size_class=name, d_model=d_model, n_layers=n, ff_ratio=ratio, ppl=ppl))
-    return pd.DataFrame(rows)
-
-
-def test_optimal_depth_grows_with_size():
-    from depthnb.claims_petty import claim_optimal_depth_grows
-
-    evidence, verdict = claim_optimal_depth_grows(size_table([2, 4]))
-    assert verdict == "holds"
-    assert evidence == ("best depth (lowest mean PPL) 2 layers at z0, 4 layers at y1. Paper: the best depth is "
-                        "5 layers at 41M, 12 layers at 134M, 24 layers at 374M.")
-    assert claim_optimal_depth_grows(size_table([2, 2, 4]))[1] == "holds"  # a tie between neighbours is no fall
-    assert claim_optimal_depth_grows(size_table([2, 4, 4]))[1] == "holds"
-    for best in ([2, 2], [4, 2], [2, 1, 4], [2, 4, 3]):
-        assert claim_optimal_depth_grows(size_table(best))[1] == "does not hold", best
-    evidence, verdict = claim_optimal_depth_grows(size_table([2]))
-    assert verdict == "not reproducible here" and evidence.startswith("one size class at this preset (z0)")
-
-
-def test_wide_ratios_tolerated_with_size():
-    from depthnb.claims_petty import claim_wide_ratios_tolerated
-
-    evidence, verdict = claim_wide_ratios_tolerated(size_table([1, 1], left_ratios=[0.2, 0.1]))
-    assert verdict == "holds"
-    assert evidence.startswith("smallest d_model/d_ff within 5% of the class's best PPL: z0 0.200, y1 0.100. "
-                               "Paper (Table 3 PPL, Table 2 widths): 41M ")
-    assert claim_wide_ratios_tolerated(size_table([1, 1, 1], left_ratios=[0.2, 0.2, 0.1]))[1] == "holds"
-    assert claim_wide_ratios_tolerated(size_table([1, 1, 1], left_ratios=[0.2, 0.1, 0.1]))[1] == "holds"
-    for left in ([0.2, 0.2], [0.1, 0.2], [0.2, 0.3, 0.1], [0.2, 0.1, 0.15]):
-        assert claim_wide_ratios_tolerated(size_table([1] * len(left), left_ratios=left))[1] == "does not hold", left
-    assert claim_wide_ratios_tolerated(size_table([1], left_ratios=[0.2]))[1] == "not reproducible here"
-
-
 def test_vf_saturates_sooner_compares_the_bends():
     from depthnb.claims_petty import claim_vf_saturates_sooner
 
