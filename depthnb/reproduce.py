@@ -5,6 +5,7 @@
 # %% ../nbs/10a_reproduce.ipynb #4709c40e
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import json
 import os
@@ -20,9 +21,10 @@ from .presets import (check_variant_name, load_preset, repo_root, variant_change
 from .runs import atomic_write_text, run_lock
 
 # %% auto #0
-__all__ = ['EXPERIMENTS', 'KERNEL_QUIET', 'ANSI', 'POOLED_SUFFIXES', 'Experiment', 'experiments_dir', 'experiment_order',
-           'done_marker', 'ExperimentFailed', 'VariantRefused', 'variant_overrides', 'reproduce', 'part_files',
-           'pool_seed_tables', 'pool_parts', 'finished_markers', 'figures_digest', 'reproduce_parts']
+__all__ = ['EXPERIMENTS', 'KERNEL_QUIET', 'ANSI', 'TIMING_FILES', 'POOLED_SUFFIXES', 'Experiment', 'experiments_dir',
+           'experiment_order', 'done_marker', 'ExperimentFailed', 'VariantRefused', 'variant_overrides', 'reproduce',
+           'is_timing_file', 'part_files', 'pool_seed_tables', 'pool_parts', 'finished_markers', 'figures_digest',
+           'reproduce_parts']
 
 # %% ../nbs/10a_reproduce.ipynb #48448652
 @dataclass(frozen=True)
@@ -183,6 +185,14 @@ def reproduce(preset: str = "tiny", only: list[str] | None = None, seeds: int | 
     log(f"{len(todo)} experiments of preset {p.name!r} done in {time.time() - t_all:.0f} s; "
         f"figures in {figures / p.name}, runs in {runs}" + (f", report in {report}" if report.exists() else ""))
     return executed
+
+# %% ../nbs/10a_reproduce.ipynb #2ab12cc3
+TIMING_FILES = ("*_timing.*", "petty_fig8_latency*", "midas_speedup.*")  # measured times: they change with the machine
+
+
+def is_timing_file(name: str | Path) -> bool:
+    "Whether a file of a figures folder holds measured times (`TIMING_FILES`), not a result compared between reproductions."
+    return any(fnmatch.fnmatch(Path(name).name, pattern) for pattern in TIMING_FILES)
 
 # %% ../nbs/10a_reproduce.ipynb #f3113d61
 POOLED_SUFFIXES = (".csv", ".md", ".png", ".pdf", ".txt")  # the files of a table or a figure

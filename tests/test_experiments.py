@@ -53,7 +53,8 @@ def test_report_indexes_every_item(pipeline):
     assert "**missing**" not in report, [line for line in report.splitlines() if "**missing**" in line]
     for png in out.glob("*.png"):  # every figure has its PDF and a caption naming the preset and hardware
         assert png.with_suffix(".pdf").exists()
-        assert "[preset: tiny; hardware: " in png.with_suffix(".txt").read_text()
+        assert "[preset: tiny, variant " in png.with_suffix(".txt").read_text()  # OVERRIDES make a variant
+        assert "; hardware: " in png.with_suffix(".txt").read_text()
     for csv in out.glob("*.csv"):
         assert csv.with_suffix(".md").exists()
 
