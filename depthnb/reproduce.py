@@ -22,9 +22,9 @@ from .runs import atomic_write_text, run_lock
 
 # %% auto #0
 __all__ = ['EXPERIMENTS', 'KERNEL_QUIET', 'ANSI', 'TIMING_FILES', 'POOLED_SUFFIXES', 'Experiment', 'experiments_dir',
-           'experiment_order', 'done_marker', 'ExperimentFailed', 'VariantRefused', 'variant_overrides', 'reproduce',
-           'is_timing_file', 'part_files', 'pool_seed_tables', 'pool_parts', 'finished_markers', 'figures_digest',
-           'reproduce_parts']
+           'experiment_order', 'done_marker', 'ExperimentFailed', 'strip_progress', 'VariantRefused',
+           'variant_overrides', 'reproduce', 'is_timing_file', 'part_files', 'pool_seed_tables', 'pool_parts',
+           'finished_markers', 'figures_digest', 'reproduce_parts']
 
 # %% ../nbs/10a_reproduce.ipynb #48448652
 @dataclass(frozen=True)
@@ -96,6 +96,29 @@ class ExperimentFailed(RuntimeError):
     def __init__(self, message: str, details: str = ""):
         super().__init__(message)
         self.details = details
+
+
+def strip_progress(notebook: str | Path) -> int:
+    """Remove progress bars from an executed notebook's outputs, in place: a stream line drawn with carriage returns
+    (tqdm's) is dropped, every other line kept; returns how many lines went. The docs site renders the executed copy."""
+    notebook = Path(notebook)
+    nb, dropped = json.loads(notebook.read_text()), 0
+    for cell in nb.get("cells", []):
+        outputs = []
+        for out in cell.get("outputs", []):
+            if out.get("output_type") == "stream":
+                lines = "".join(out.get("text", [])).split("\n")
+                kept = [line for line in lines if "\r" not in line]
+                dropped += len(lines) - len(kept)
+                if not "".join(kept).strip():
+                    continue
+                out = {**out, "text": "\n".join(kept)}
+            outputs.append(out)
+        if "outputs" in cell:
+            cell["outputs"] = outputs
+    if dropped:
+        atomic_write_text(notebook, json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
+    return dropped
 
 
 class VariantRefused(ValueError):
@@ -177,6 +200,7 @@ def reproduce(preset: str = "tiny", only: list[str] | None = None, seeds: int | 
                 raise ExperimentFailed(f"experiment {exp.name!r} failed in cell {e.cell_index} "
                                        f"(execution count {e.exec_count}): {e.ename}: {e.evalue}\n"
                                        f"executed copy: {target}; its traceback: {details}", tb) from None
+            strip_progress(target)  # the executed copy is what the docs site shows
             atomic_write_text(marker, json.dumps(expected, indent=1))
             executed.append(target)
             log(f"[{i}/{len(todo)}] {exp.name}: finished in {time.time() - t0:.0f} s "
