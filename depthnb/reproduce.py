@@ -22,7 +22,7 @@ from .runs import atomic_write_text, run_lock
 
 # %% auto #0
 __all__ = ['EXPERIMENTS', 'KERNEL_QUIET', 'ANSI', 'TIMING_FILES', 'POOLED_SUFFIXES', 'Experiment', 'experiments_dir',
-           'experiment_order', 'done_marker', 'ExperimentFailed', 'strip_progress', 'VariantRefused',
+           'experiment_order', 'done_marker', 'ExperimentFailed', 'strip_progress', 'leading_cause', 'VariantRefused',
            'variant_overrides', 'reproduce', 'is_timing_file', 'part_files', 'pool_seed_tables', 'pool_parts',
            'finished_markers', 'figures_digest', 'reproduce_parts']
 
@@ -121,6 +121,16 @@ def strip_progress(notebook: str | Path) -> int:
     return dropped
 
 
+def leading_cause(ename: str, evalue: str) -> tuple[str, str]:
+    """The innermost error of a chained message (`RuntimeError`, `job(...) failed: ConfigMismatchError: run ...`) and
+    what it came through: the cause leads a refusal's message, the wrapping follows it."""
+    inner = list(re.finditer(r"\b([A-Z]\w*(?:Error|Exception)): ", evalue))
+    if not inner:
+        return f"{ename}: {evalue}", ""
+    last = inner[-1]
+    return f"{last.group(1)}: {evalue[last.end():]}", f"{ename}: {evalue[:last.start()].rstrip(': ')}"
+
+
 class VariantRefused(ValueError):
     "A variant that would write into the preset's committed figures."
 
@@ -197,9 +207,10 @@ def reproduce(preset: str = "tiny", only: list[str] | None = None, seeds: int | 
                 tb = ANSI.sub("", "\n".join(e.traceback) if isinstance(e.traceback, list) else str(e.traceback))
                 details = out_dir / f"{exp.name}.error.txt"
                 atomic_write_text(details, f"{e.ename}: {e.evalue}\n\n{tb}\n")
-                raise ExperimentFailed(f"experiment {exp.name!r} failed in cell {e.cell_index} "
-                                       f"(execution count {e.exec_count}): {e.ename}: {e.evalue}\n"
-                                       f"executed copy: {target}; its traceback: {details}", tb) from None
+                cause, via = leading_cause(e.ename, e.evalue)
+                raise ExperimentFailed(f"{exp.name}: {cause}\nexperiment {exp.name!r} failed in cell {e.cell_index} "
+                                       f"(execution count {e.exec_count})" + (f", through {via}" if via else "")
+                                       + f"; executed copy: {target}; its traceback: {details}", tb) from None
             strip_progress(target)  # the executed copy is what the docs site shows
             atomic_write_text(marker, json.dumps(expected, indent=1))
             executed.append(target)

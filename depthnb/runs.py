@@ -192,7 +192,7 @@ def write_or_check_config(run_dir: Path | str, record: dict, write: bool = True)
             raise ConfigMismatchError(
                 f"run {Path(run_dir).name} was trained with other settings ({changes}): it cannot be resumed with "
                 "these. Rerun with its values, or give the new values their own folder (`depthnb reproduce --name "
-                f"NEW`, or another --runs-dir). Its record: {path}")
+                f"NEW`, or another --runs-dir). Its record: {path.resolve()}")  # resolved: the notebook's cwd is not the caller's
     elif write:
         atomic_write(path, lambda f: f.write(json.dumps(record, indent=1).encode()))
 

@@ -82,7 +82,7 @@ def test_failure_names_notebook_and_cell(tmp_path):
         reproduce("tiny", only=["petty_rank"], seeds=1, overrides=OVERRIDES, runs_dir=tmp_path / "runs",
                   figures_dir=tmp_path / "figures", log=lambda *a: None)
     message = str(e.value)
-    assert "experiment 'petty_rank' failed in cell" in message
+    assert message.startswith("petty_rank: RuntimeError: ") and "experiment 'petty_rank' failed in cell" in message
     assert "RuntimeError" in message and "run petty_pretrain first" in message
     assert "executed copy:" in message
     assert not (tmp_path / "runs" / "tiny" / "notebooks" / "petty_rank.done.json").exists()
