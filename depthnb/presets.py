@@ -427,6 +427,9 @@ def experiment_preset(preset: str | Preset = "tiny", overrides: dict | None = No
     root, variant = repo_root(), changes.get("variant", p.variant)
     runs_default, figures_default = variant_folders(variant, root) if variant else (root / p.runs_dir, root / p.figures_dir)
     here = root / "nbs" / "experiments"  # relative folders: from the notebooks' own folder, whatever the cwd
+    if variant and figures_dir and Path(os.path.normpath(here / figures_dir)) == root / p.figures_dir:
+        raise ValueError(f"variant {variant} would write into {p.figures_dir}/{p.name}/, the preset's committed results: "
+                         f"leave figures_dir out (its own: {os.path.relpath(figures_default, root)}) or give another")
     changes["runs_dir"] = shown_path(here / runs_dir if runs_dir else runs_default)
     changes["figures_dir"] = shown_path(here / figures_dir if figures_dir else figures_default)
     return override(p, **changes)
