@@ -1,9 +1,12 @@
 """A researcher's own variant, and a reproduction run twice, on a fresh clone of this checkout (its committed state):
 - `depthnb reproduce ... --set ...` and papermill on one notebook from the clone's root (no `--cwd`) write the variant
   into its own folder, named from its overrides, and leave `git status` clean under `figures/`;
-- two reproductions of one experiment leave no tracked change outside the timing files (`reproduce.TIMING_FILES`).
+- two reproductions of one experiment leave no tracked change outside the timing files (`reproduce.TIMING_FILES`),
+  and their executed copies (what the docs site renders) show no progress bar and no absolute path.
 Marked slow (tests/conftest.py): each starts notebooks."""
+import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +16,7 @@ import pytest
 from depthnb.presets import repo_root
 from depthnb.reproduce import is_timing_file
 from depthnb.sources import default_mirror
+from depthnb.tools.sitecheck import FORBIDDEN_TEXT
 
 pytestmark = pytest.mark.slow
 
@@ -84,3 +88,10 @@ def test_two_reproductions_leave_no_tracked_change(clone):
     assert [c for c in changes if not is_timing_file(c.split()[-1])] == [], changes
     assert (dest / "figures" / "tiny" / "data_pretraining_timing.csv").exists()
     assert "pack_seconds" not in (dest / "figures" / "tiny" / "data_pretraining.csv").read_text()
+    # what the docs site renders of a local run: the executed copies, without progress bars or absolute paths
+    absolute = re.compile(FORBIDDEN_TEXT["absolute path"])
+    for name in only.split(","):
+        executed = json.loads((dest / "runs-second" / "tiny" / "notebooks" / f"{name}.ipynb").read_text())
+        shown = [json.dumps(o) for c in executed["cells"] for o in c.get("outputs", [])]
+        assert not [o for o in shown if "\\r" in o], f"{name}: a progress bar in its outputs"
+        assert not [m.group(0) for o in shown for m in absolute.finditer(o)], f"{name}: an absolute path in its outputs"
