@@ -77,6 +77,7 @@ def preset_label(preset) -> str:
     variant, changes = getattr(preset, "variant", ""), getattr(preset, "variant_overrides", "")
     if not variant:
         return f"preset: {name}"
+    changes = changes.replace("[", "(").replace("]", ")")  # the caption's tail stays one bracketed group
     return f"preset: {name}, variant {variant}" + (f" (overrides: {changes})" if changes else "")
 
 
