@@ -10,8 +10,8 @@ from pathlib import Path
 
 from .commands import CommandParser, UsageError, choices, preset_from_args
 from .cmd_finetune import check_tasks
-from .presets import PRESETS
-from .reproduce import EXPERIMENTS, ExperimentFailed, reproduce
+from .presets import PRESETS, check_variant_name
+from .reproduce import EXPERIMENTS, ExperimentFailed, VariantRefused, reproduce
 from .tasks import parse_task
 
 # %% auto #0
@@ -26,7 +26,10 @@ def cli_reproduce(argv: list[str] | None = None) -> int:
                     + ", ".join(e.name for e in EXPERIMENTS) + ")")
     ap.add_argument("--seeds", type=int, default=None, help="use the first N seeds of the preset")
     ap.add_argument("--runs-dir", default=None, help="parent folder of runs/<preset> (default: runs/)")
-    ap.add_argument("--figures-dir", default=None, help="parent folder of figures/<preset> (default: figures/)")
+    ap.add_argument("--figures-dir", default=None, help="parent folder of figures/<preset> (default: figures/; a "
+                    "variant's own: runs/variants/<name>/figures/)")
+    ap.add_argument("--name", default=None, help="name of a variant (--set or --seeds that change the preset's "
+                    "results): its folders are runs/variants/<name>/ (default: a name made from the overrides)")
 
     def command(args) -> int:
         preset = preset_from_args(args)  # a bad --preset, --set or task is refused before any notebook runs
@@ -46,15 +49,23 @@ def cli_reproduce(argv: list[str] | None = None) -> int:
                                  + ", ".join(n for n, q in PRESETS.items() if not q.parts))
         if args.seeds is not None and args.seeds < 1:
             raise UsageError(f"--seeds {args.seeds}: out of range; allowed: integers ≥ 1")
+        if args.name is not None:
+            try:
+                check_variant_name(args.name)
+            except ValueError as e:
+                raise UsageError(f"--name {args.name}: {e}") from None
         # the notebooks run in their own folder: folders given relative to the caller's must reach them absolute
         runs_dir, figures_dir = (None if d is None else str(Path(d).resolve()) for d in (args.runs_dir, args.figures_dir))
         try:
             reproduce(args.preset, only=only, seeds=args.seeds, overrides=overrides,
-                      runs_dir=runs_dir, figures_dir=figures_dir)
+                      runs_dir=runs_dir, figures_dir=figures_dir, name=args.name)
         except ExperimentFailed as e:
             if args.debug:
+                print(e.details, file=sys.stderr)  # the notebook's traceback
                 raise
-            print(f"{ap.prog}: error: {e}", file=sys.stderr)  # several lines: the notebook's traceback is the report
+            print(f"{ap.prog}: error: {e}", file=sys.stderr)  # the cause, then where the traceback is
             return 1
+        except VariantRefused as e:
+            raise UsageError(str(e)) from None
         return 0
     return ap.run(command, argv)

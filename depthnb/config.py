@@ -278,6 +278,8 @@ class Preset:
     device: str = "auto"
     runs_dir: str = "runs"  # runs land in runs_dir/<name>/
     figures_dir: str = "figures"  # figures land in figures_dir/<name>/
+    variant: str = ""  # a variant's name (empty: the preset as defined); its captions and report name it
+    variant_overrides: str = ""  # what the variant changes, as given ("pretrain.steps=80; seeds=1")
 
 # %% ../nbs/00_config.ipynb #2d2499cb
 def field_names(config) -> list[str]:

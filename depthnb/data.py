@@ -290,9 +290,10 @@ def _train_tokenizer(data_cfg: DataConfig, folder: Path, num_threads: int | None
         max_sentence_length=data_cfg.tokenizer_max_sentence_length, settings=TOKENIZER_SETTINGS,
         inputs=train_inputs(data_cfg), train_seconds=round(seconds, 2),
         record=_record(folder / "spm.model", hashlib.sha256(model.getvalue()).hexdigest())), indent=1))
-    if log:
+    if log:  # the folder under <cache>, as the tokenizer's repr shows it: no absolute path of this machine in a notebook
+        shown = _cache_relative(folder)
         log(f"trained a {data_cfg.vocab_size}-piece tokenizer on {data_cfg.tokenizer_docs} {data_cfg.corpus} "
-            f"documents in {seconds:.1f} s -> {folder}")
+            f"documents in {seconds:.1f} s -> {shown if Path(shown).is_absolute() else f'<cache>/{shown}'}")
 
 # %% ../nbs/03_data.ipynb #da350da2
 def token_dtype(vocab_size: int):

@@ -52,7 +52,8 @@ def run_parallel(fn, jobs: list[dict], workers: int = 1, threads: int = 1, log=p
             except Exception as e:
                 for other in futures:
                     other.cancel()
-                raise RuntimeError(f"{getattr(fn, '__name__', fn)} failed for job {jobs[i]}: "
+                # the job by its short label (never the whole preset it carries), then the cause
+                raise RuntimeError(f"{getattr(fn, '__name__', fn)}({_job_label(jobs[i])}) failed: "
                                    f"{type(e).__name__}: {e}") from e
             log(f"[{n_done}/{len(jobs)}] {getattr(fn, '__name__', 'job')}({_job_label(jobs[i])}) "
                 f"done after {time.time() - t0:.0f} s")

@@ -6,8 +6,11 @@
 from __future__ import annotations
 
 import functools
+import os
 import statistics
+import time
 from dataclasses import replace
+from pathlib import Path
 
 import pandas as pd
 import torch
@@ -20,12 +23,52 @@ from .devices import autocast, configure_backends, maybe_compile, resolve_device
 from .optim import make_optimizer, train_step
 
 # %% auto #0
-__all__ = ['step_latency', 'latency_depths']
+__all__ = ['BUSY_OTHERS_SHARE', 'BUSY_STEP_SPREAD', 'BUSY_OWN_SHARE', 'cpu_seconds', 'others_cpu_share', 'own_cpu_share',
+           'machine_busy', 'step_latency', 'latency_depths']
+
+# %% ../nbs/05c_latency.ipynb #5e701f09
+BUSY_OTHERS_SHARE = 0.25  # others used more than a quarter of the machine's CPU while a depth was timed: busy
+BUSY_STEP_SPREAD = 1.0  # or a step's spread (slowest - fastest) exceeded its median: busy
+BUSY_OWN_SHARE = 0.75  # or this process got less than three quarters of the CPU its torch threads could use: busy
+
+
+def cpu_seconds() -> tuple[float, float] | None:
+    """(CPU seconds the whole machine has spent busy, CPU seconds this process and its finished children have spent),
+    for `others_cpu_share`; None where the machine has no `/proc/stat`."""
+    try:
+        ticks = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    except (OSError, ValueError):
+        return None
+    idle = ticks[3] + ticks[4]  # idle and iowait; user, nice, system, irq, softirq and steal are busy
+    t = os.times()
+    return (sum(ticks) - idle) / os.sysconf("SC_CLK_TCK"), t.user + t.system + t.children_user + t.children_system
+
+
+def others_cpu_share(start, end, wall: float) -> float:
+    "The share of the machine's CPU capacity that other processes used between two `cpu_seconds` readings `wall` s apart."
+    if start is None or end is None or wall <= 0:
+        return float("nan")
+    return max(0.0, ((end[0] - start[0]) - (end[1] - start[1])) / (wall * (os.cpu_count() or 1)))
+
+
+def own_cpu_share(start, end, wall: float, threads: int | None = None) -> float:
+    """The share of the CPU its `threads` torch threads could use that this process got between two `cpu_seconds`
+    readings `wall` s apart: about 1 on free cores, lower when others crowd them. Unlike `others_cpu_share` it does not
+    count a sibling worker on a core of its own (the CPU presets train two runs side by side on two cores)."""
+    if start is None or end is None or wall <= 0:
+        return float("nan")
+    return (end[1] - start[1]) / (wall * (threads or torch.get_num_threads()))
+
+
+def machine_busy(others_share: float, step_spread: float = 0.0, own_share: float = float("nan")) -> bool:
+    "Whether a timing was taken on a busy machine, by the limits stated above (an unmeasured share is no evidence)."
+    return bool(others_share > BUSY_OTHERS_SHARE or step_spread > BUSY_STEP_SPREAD or own_share < BUSY_OWN_SHARE)
 
 # %% ../nbs/05c_latency.ipynb #4f10531c
 def step_latency(size_class, depths=None, *, base: PretrainConfig | None = None, batch_size: int | None = None,
                  device: str = "auto", warmup: int = 3, repeats: int = 10, seed: int = 0) -> pd.DataFrame:
-    "Median seconds per training step for each depth of `size_class` (shape options and precision from `base`)."
+    """Median seconds per training step for each depth of `size_class` (shape options and precision from `base`),
+    with how busy the machine was while each depth was timed (`others_cpu_share`, `step_spread`, `machine_busy`)."""
     base = base or PretrainConfig()
     dev = resolve_device(device)
     configure_backends(dev, base.tf32)
@@ -42,11 +85,18 @@ def step_latency(size_class, depths=None, *, base: PretrainConfig | None = None,
         step = functools.partial(train_step, fwd, optimizer, chunks, base.grad_clip, lambda: autocast(dev, base.bf16))
         for _ in range(warmup):
             timed_segment(step, 1, dev)
+        cpu0, wall0 = cpu_seconds(), time.perf_counter()
         times = [timed_segment(step, 1, dev)[0] for _ in range(repeats)]
+        cpu1, wall = cpu_seconds(), time.perf_counter() - wall0
+        others, own = others_cpu_share(cpu0, cpu1, wall), own_cpu_share(cpu0, cpu1, wall)
         sec = statistics.median(times)
+        spread = (max(times) - min(times)) / sec
         rows.append(dict(n_layers=n, d_ff=cfg.d_ff, n_params=model.num_params(), seconds=sec,
                          seconds_min=min(times), seconds_max=max(times), tokens_per_s=batch_size * cfg.n_ctx / sec,
-                         batch_size=batch_size, n_ctx=cfg.n_ctx, device=str(dev)))
+                         batch_size=batch_size, n_ctx=cfg.n_ctx, device=str(dev), others_cpu_share=others,
+                         own_cpu_share=own, step_spread=spread,
+                         load_1min=os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan"),
+                         machine_busy=machine_busy(others, spread, own)))
         del model, optimizer, fwd
     return pd.DataFrame(rows)
 

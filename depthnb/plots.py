@@ -31,12 +31,12 @@ from .runs import read_metrics
 from .schedules import stage_depths
 
 # %% auto #0
-__all__ = ['SIZE_CLASS_COLORS', 'METHOD_COLORS', 'FIG5_ROWS', 'set_style', 'depth_palette', 'hardware_label', 'caption',
-           'save_figure', 'save_table', 'figure_size_classes', 'figure_perplexity', 'figure_relative_perplexity',
-           'figure_generalization', 'figure_generalization_types', 'figure_equal_perplexity', 'figure_equal_loss',
-           'figure_latency', 'figure_rank', 'figure_rank_summary', 'figure_layer_similarity', 'figure_isoplots',
-           'figure_downstream_isoplots', 'figure_tydiqa_context', 'plot_growth', 'birth_stages', 'plot_stages',
-           'figure_stack_losses', 'figure_primitives']
+__all__ = ['SIZE_CLASS_COLORS', 'DETERMINISTIC_METADATA', 'METHOD_COLORS', 'FIG5_ROWS', 'set_style', 'depth_palette',
+           'hardware_label', 'preset_label', 'caption', 'save_figure', 'save_table', 'figure_size_classes',
+           'figure_perplexity', 'figure_relative_perplexity', 'figure_generalization', 'figure_generalization_types',
+           'figure_equal_perplexity', 'figure_equal_loss', 'figure_latency', 'figure_rank', 'figure_rank_summary',
+           'figure_layer_similarity', 'figure_isoplots', 'figure_downstream_isoplots', 'figure_tydiqa_context',
+           'plot_growth', 'birth_stages', 'plot_stages', 'figure_stack_losses', 'figure_primitives']
 
 # %% ../nbs/09_plots.ipynb #c3d0bda8
 SIZE_CLASS_COLORS = {"tiny": "#7f7f7f", "41M": "#0173b2", "134M": "#de8f05", "374M": "#029e73"}
@@ -70,12 +70,28 @@ def hardware_label() -> str:
     return f"CPU ({os.cpu_count()} cores, {platform.machine()})"
 
 
-def caption(text: str, preset: str | None = None, hardware: str | None = None) -> str:
-    "A figure caption ending with the preset and the hardware that produced it."
+def preset_label(preset) -> str:
+    """`preset: NAME` for a preset (a name or a `Preset`); a variant (`Preset.variant`) is named with what it
+    overrides, so that its figures are never mistaken for the preset's own."""
+    name = getattr(preset, "name", preset)
+    variant, changes = getattr(preset, "variant", ""), getattr(preset, "variant_overrides", "")
+    if not variant:
+        return f"preset: {name}"
+    changes = changes.replace("[", "(").replace("]", ")")  # the caption's tail stays one bracketed group
+    return f"preset: {name}, variant {variant}" + (f" (overrides: {changes})" if changes else "")
+
+
+def caption(text: str, preset=None, hardware: str | None = None) -> str:
+    "A figure caption ending with the preset (a name or a `Preset`: a variant is named) and the hardware that produced it."
     where = f"hardware: {hardware or hardware_label()}"
-    return f"{text} [preset: {preset}; {where}]" if preset else f"{text} [{where}]"
+    return f"{text} [{preset_label(preset)}; {where}]" if preset else f"{text} [{where}]"
 
 # %% ../nbs/09_plots.ipynb #a5f0e8fc
+# No creation date and no version stamp in a saved figure: an unchanged figure is then byte-identical on a rerun
+# (and on another matplotlib), so a reproduction diffs clean against the committed one.
+DETERMINISTIC_METADATA = {".png": {"Software": None}, ".pdf": {"CreationDate": None, "Creator": None, "Producer": None}}
+
+
 def save_figure(fig, stem: str | Path, caption_text: str) -> list[Path]:
     "Write `fig` to `stem`.png and `stem`.pdf with its caption beneath, and the caption to `stem`.txt."
     stem = Path(stem)
@@ -84,7 +100,7 @@ def save_figure(fig, stem: str | Path, caption_text: str) -> list[Path]:
              transform=fig.transFigure)
     paths = [stem.with_suffix(".png"), stem.with_suffix(".pdf")]
     for p in paths:
-        fig.savefig(p)
+        fig.savefig(p, metadata=DETERMINISTIC_METADATA[p.suffix])
     stem.with_suffix(".txt").write_text(caption_text + "\n")
     return paths + [stem.with_suffix(".txt")]
 

@@ -6,6 +6,9 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import os
+import re
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -17,8 +20,10 @@ from .paper import table1_schedules
 # %% auto #0
 __all__ = ['SIZE_CLASSES', 'SAUNSHI_CLASSES', 'TINY_CLASS', 'CPU_CLASS', 'CPU_STACK_CLASS', 'CPU_BASE', 'PRESETS',
            'SAUNSHI_TOKENS', 'SAUNSHI_DOCS', 'SAUNSHI_TABLE1', 'SAUNSHI_TINY_STAND_INS', 'SAUNSHI_TINY_CLASS',
-           'STACK_STUDIES', 'CPU_PETTY', 'resolve_size_class', 'saunshi_run', 'load_preset', 'get_preset',
-           'preset_size_class', 'preset_depths', 'preset_stack_seeds', 'method_stack', 'repo_root', 'experiment_preset']
+           'STACK_STUDIES', 'CPU_PETTY', 'VARIANT_KEYS', 'resolve_size_class', 'saunshi_run', 'load_preset',
+           'get_preset', 'preset_size_class', 'preset_depths', 'preset_stack_seeds', 'method_stack', 'repo_root',
+           'variant_changes', 'variant_name', 'check_variant_name', 'variant_folders', 'shown_path', 'variant_label',
+           'experiment_preset']
 
 # %% ../nbs/00a_presets.ipynb #3dac3ffb
 SIZE_CLASSES: dict[str, SizeClass] = {
@@ -350,12 +355,65 @@ def repo_root() -> Path:
     return Path(depthnb.__file__).resolve().parent.parent
 
 
+VARIANT_KEYS = ("variant", "variant_overrides")  # what names a variant; no change of its results
+
+
+def variant_changes(preset: str | Preset, overrides: dict | None = None, seeds: int | None = None, **given) -> list[str]:
+    """What makes a run of `preset` a variant, as `key=value` strings: each override that changes a field, `seeds=N`
+    when N is not the preset's count, and each of `given` (a notebook's size_classes, depths, tasks) that is not None.
+    Empty: the preset itself."""
+    p = get_preset(preset)
+    out = [f"{k}={v}" for k, v in (overrides or {}).items() if k not in VARIANT_KEYS and override(p, **{k: v}) != p]
+    if seeds is not None and seeds != len(p.seeds):
+        out.append(f"seeds={seeds}")
+    return out + [f"{k}={v}" for k, v in given.items() if v is not None]
+
+
+def variant_name(changes: list[str], limit: int = 60) -> str:
+    "A folder name from `variant_changes` ('pretrain.steps=80+seeds=1'); a long one is cut and given a hash."
+    text = re.sub(r"[^A-Za-z0-9._=+-]+", "-", "+".join(changes)).strip("-+")
+    if len(text) > limit:
+        text = text[:limit - 9].rstrip("-+=.") + "-" + hashlib.sha256("+".join(changes).encode()).hexdigest()[:8]
+    return text
+
+
+def check_variant_name(name: str) -> str:
+    "`name` if it can name a variant's folder (letters, digits, `._=+-`), else a ValueError saying so."
+    if not name or not re.fullmatch(r"[A-Za-z0-9._=+-]+", name) or name.startswith("."):
+        raise ValueError(f"variant name {name!r}: use letters, digits and . _ = + - only (it names a folder)")
+    return name
+
+
+def variant_folders(name: str, root: Path | None = None) -> tuple[Path, Path]:
+    "The parents of a variant's runs/<preset>/ and figures/<preset>/: `runs/variants/<name>/{runs,figures}` (git-ignored)."
+    base = (root or repo_root()) / "runs" / "variants" / check_variant_name(name)
+    return base / "runs", base / "figures"
+
+
+def shown_path(path: str | Path) -> str:
+    """`path` relative to the working directory when that lies in the checkout (what an executed notebook then shows:
+    no absolute path of this machine), else absolute."""
+    path, root, cwd = Path(os.path.normpath(path)), repo_root(), Path.cwd().resolve()
+    return os.path.relpath(path, cwd) if cwd == root or root in cwd.parents else str(path)
+
+
+def variant_label(changes: list[str]) -> str:
+    "The changes as a caption lists them, paths inside the checkout shown relative to it."
+    return "; ".join(changes).replace(str(repo_root()) + os.sep, "")
+
+
 def experiment_preset(preset: str | Preset = "tiny", overrides: dict | None = None, seeds: int | None = None,
                       runs_dir: str | None = None, figures_dir: str | None = None, device: str | None = None,
                       size_classes=None, depths: dict | None = None, tasks=None) -> Preset:
-    "The preset an experiment notebook runs (`None` keeps the preset's value)."
+    """The preset an experiment notebook runs (`None` keeps the preset's value). With changes (`variant_changes`) it is
+    a variant: named, and, unless folders are given, in its own folders (`variant_folders`). A relative folder is
+    taken from `nbs/experiments/`."""
     p = load_preset(preset, **(overrides or {}))
     changes: dict[str, Any] = {}
+    what = variant_changes(preset, overrides, seeds, size_classes=size_classes, depths=depths, tasks=tasks)
+    if what or p.variant:
+        changes["variant"] = p.variant or variant_name(what)
+        changes["variant_overrides"] = p.variant_overrides or variant_label(what)
     if seeds is not None:
         changes["seeds"] = tuple(p.seeds[:seeds]) if seeds <= len(p.seeds) else tuple(range(seeds))
         changes["stack_seeds"] = tuple(p.stack_seeds[:seeds])
@@ -366,7 +424,12 @@ def experiment_preset(preset: str | Preset = "tiny", overrides: dict | None = No
             changes[name] = tuple(value)
     if depths is not None:
         changes["depths"] = {k: tuple(v) for k, v in depths.items()}
-    root = repo_root()
-    changes["runs_dir"] = str(Path(runs_dir) if runs_dir else root / p.runs_dir)
-    changes["figures_dir"] = str(Path(figures_dir) if figures_dir else root / p.figures_dir)
+    root, variant = repo_root(), changes.get("variant", p.variant)
+    runs_default, figures_default = variant_folders(variant, root) if variant else (root / p.runs_dir, root / p.figures_dir)
+    here = root / "nbs" / "experiments"  # relative folders: from the notebooks' own folder, whatever the cwd
+    if variant and figures_dir and Path(os.path.normpath(here / figures_dir)) == root / p.figures_dir:
+        raise ValueError(f"variant {variant} would write into {p.figures_dir}/{p.name}/, the preset's committed results: "
+                         f"leave figures_dir out (its own: {os.path.relpath(figures_default, root)}) or give another")
+    changes["runs_dir"] = shown_path(here / runs_dir if runs_dir else runs_default)
+    changes["figures_dir"] = shown_path(here / figures_dir if figures_dir else figures_default)
     return override(p, **changes)

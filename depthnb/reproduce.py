@@ -5,22 +5,26 @@
 # %% ../nbs/10a_reproduce.ipynb #4709c40e
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import json
 import os
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
-from .presets import load_preset, repo_root
+from .presets import (check_variant_name, load_preset, repo_root, variant_changes, variant_folders,
+                             variant_label, variant_name)
 from .runs import atomic_write_text, run_lock
 
 # %% auto #0
-__all__ = ['EXPERIMENTS', 'KERNEL_QUIET', 'POOLED_SUFFIXES', 'Experiment', 'experiments_dir', 'experiment_order', 'done_marker',
-           'ExperimentFailed', 'reproduce', 'part_files', 'pool_seed_tables', 'pool_parts', 'finished_markers',
-           'figures_digest', 'reproduce_parts']
+__all__ = ['EXPERIMENTS', 'KERNEL_QUIET', 'ANSI', 'TIMING_FILES', 'POOLED_SUFFIXES', 'Experiment', 'experiments_dir',
+           'experiment_order', 'done_marker', 'ExperimentFailed', 'strip_progress', 'leading_cause', 'VariantRefused',
+           'variant_overrides', 'reproduce', 'is_timing_file', 'part_files', 'pool_seed_tables', 'pool_parts',
+           'finished_markers', 'figures_digest', 'reproduce_parts']
 
 # %% ../nbs/10a_reproduce.ipynb #48448652
 @dataclass(frozen=True)
@@ -87,19 +91,89 @@ KERNEL_QUIET = ["--IPKernelApp.log_level=CRITICAL"]
 
 
 class ExperimentFailed(RuntimeError):
-    "An experiment notebook raised; the message names the notebook and the failing cell."
+    """An experiment notebook raised; the message names the notebook, the failing cell and the cause, and the file
+    that holds the notebook's traceback (`details`, also printed by `depthnb reproduce --debug`)."""
+    def __init__(self, message: str, details: str = ""):
+        super().__init__(message)
+        self.details = details
+
+
+def strip_progress(notebook: str | Path) -> int:
+    """Remove progress bars from an executed notebook's outputs, in place: a stream line drawn with carriage returns
+    (tqdm's) is dropped, every other line kept; returns how many lines went. The docs site renders the executed copy."""
+    notebook = Path(notebook)
+    nb, dropped = json.loads(notebook.read_text()), 0
+    for cell in nb.get("cells", []):
+        outputs = []
+        for out in cell.get("outputs", []):
+            if out.get("output_type") == "stream":
+                lines = "".join(out.get("text", [])).split("\n")
+                kept = [line for line in lines if "\r" not in line]
+                dropped += len(lines) - len(kept)
+                if not "".join(kept).strip():
+                    continue
+                out = {**out, "text": "\n".join(kept)}
+            outputs.append(out)
+        if "outputs" in cell:
+            cell["outputs"] = outputs
+    if dropped:
+        atomic_write_text(notebook, json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
+    return dropped
+
+
+def leading_cause(ename: str, evalue: str) -> tuple[str, str]:
+    """The innermost error of a chained message (`RuntimeError`, `job(...) failed: ConfigMismatchError: run ...`) and
+    what it came through: the cause leads a refusal's message, the wrapping follows it."""
+    inner = list(re.finditer(r"\b([A-Z]\w*(?:Error|Exception)): ", evalue))
+    if not inner:
+        return f"{ename}: {evalue}", ""
+    last = inner[-1]
+    return f"{last.group(1)}: {evalue[last.end():]}", f"{ename}: {evalue[:last.start()].rstrip(': ')}"
+
+
+class VariantRefused(ValueError):
+    "A variant that would write into the preset's committed figures."
+
+
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")  # the colours of an IPython traceback
+
+
+def variant_overrides(preset: str, overrides: dict | None, seeds: int | None, name: str | None = None) -> dict:
+    """`overrides` with the variant's name and changes added (`presets.variant_changes`) when they make one, or when
+    `name` names one; else `overrides` as they are."""
+    overrides = dict(overrides or {})
+    if name is not None:
+        overrides["variant"] = check_variant_name(name)
+    what = variant_changes(preset, overrides, seeds)
+    if what or overrides.get("variant"):
+        overrides.setdefault("variant", variant_name(what))
+        overrides.setdefault("variant_overrides", variant_label(what))
+    return overrides
 
 
 def reproduce(preset: str = "tiny", only: list[str] | None = None, seeds: int | None = None,
               overrides: dict | None = None, runs_dir: str | Path | None = None,
-              figures_dir: str | Path | None = None, log=print) -> list[Path]:
+              figures_dir: str | Path | None = None, log=print, name: str | None = None) -> list[Path]:
     """Run the experiment notebooks of `preset` in order with papermill (its parts first; when `only` names
-    the preset's own experiments, the parts' figures are pooled as they are); returns the executed notebooks."""
+    the preset's own experiments, the parts' figures are pooled as they are); returns the executed notebooks.
+    Overrides or seeds that change the preset's results make a variant (named `name`, else from the changes): unless
+    folders are given it runs in its own (`presets.variant_folders`), and it never writes into the preset's committed
+    figures."""
     import papermill as pm
     from papermill.exceptions import PapermillExecutionError
 
-    p = load_preset(preset, **(overrides or {}))
+    overrides = variant_overrides(preset, overrides, seeds, name)
+    p = load_preset(preset, **overrides)
     sources = experiments_dir()
+    if p.variant:
+        own_runs, own_figures = variant_folders(p.variant)
+        runs_dir, figures_dir = runs_dir or own_runs, figures_dir or own_figures
+        committed = repo_root() / p.figures_dir
+        if Path(figures_dir).resolve() == committed.resolve():
+            raise VariantRefused(f"variant {p.variant} ({p.variant_overrides or 'named'}) would write into "
+                             f"{committed.name}/{p.name}/, the preset's committed results: leave the figures folder "
+                             f"out (its own: {os.path.relpath(own_figures)}) or give another")
+        log(f"variant {p.variant} of preset {p.name}" + (f" ({p.variant_overrides})" if p.variant_overrides else ""))
     runs = Path(runs_dir or repo_root() / p.runs_dir) / p.name
     figures = Path(figures_dir or repo_root() / p.figures_dir)
     pooling = not only or set(only) & set(p.experiments)  # the preset's own experiments read the pooled parts
@@ -129,10 +203,15 @@ def reproduce(preset: str = "tiny", only: list[str] | None = None, seeds: int | 
                                     cwd=str(source.parent), kernel_name="python3", progress_bar=False,
                                     log_output=False, extra_arguments=KERNEL_QUIET)
             except PapermillExecutionError as e:
-                tb = "\n".join(e.traceback) if isinstance(e.traceback, list) else str(e.traceback)
-                raise ExperimentFailed(f"experiment {exp.name!r} failed in cell {e.cell_index} "
-                                       f"(execution count {e.exec_count}): {e.ename}: {e.evalue}\n"
-                                       f"executed copy: {target}\n{tb}") from None
+                # the cause first, on one line; the notebook's traceback in a file the message names
+                tb = ANSI.sub("", "\n".join(e.traceback) if isinstance(e.traceback, list) else str(e.traceback))
+                details = out_dir / f"{exp.name}.error.txt"
+                atomic_write_text(details, f"{e.ename}: {e.evalue}\n\n{tb}\n")
+                cause, via = leading_cause(e.ename, e.evalue)
+                raise ExperimentFailed(f"{exp.name}: {cause}\nexperiment {exp.name!r} failed in cell {e.cell_index} "
+                                       f"(execution count {e.exec_count})" + (f", through {via}" if via else "")
+                                       + f"; executed copy: {target}; its traceback: {details}", tb) from None
+            strip_progress(target)  # the executed copy is what the docs site shows
             atomic_write_text(marker, json.dumps(expected, indent=1))
             executed.append(target)
             log(f"[{i}/{len(todo)}] {exp.name}: finished in {time.time() - t0:.0f} s "
@@ -141,6 +220,14 @@ def reproduce(preset: str = "tiny", only: list[str] | None = None, seeds: int | 
     log(f"{len(todo)} experiments of preset {p.name!r} done in {time.time() - t_all:.0f} s; "
         f"figures in {figures / p.name}, runs in {runs}" + (f", report in {report}" if report.exists() else ""))
     return executed
+
+# %% ../nbs/10a_reproduce.ipynb #2ab12cc3
+TIMING_FILES = ("*_timing.*", "petty_fig8_latency*", "midas_speedup.*")  # measured times: they change with the machine
+
+
+def is_timing_file(name: str | Path) -> bool:
+    "Whether a file of a figures folder holds measured times (`TIMING_FILES`), not a result compared between reproductions."
+    return any(fnmatch.fnmatch(Path(name).name, pattern) for pattern in TIMING_FILES)
 
 # %% ../nbs/10a_reproduce.ipynb #f3113d61
 POOLED_SUFFIXES = (".csv", ".md", ".png", ".pdf", ".txt")  # the files of a table or a figure

@@ -187,10 +187,12 @@ def write_or_check_config(run_dir: Path | str, record: dict, write: bool = True)
     if path.exists():
         stored = json.loads(path.read_text())
         diff = config_diff(stored, json.loads(json.dumps(record)), new_fields_ok=True)
-        if diff:
+        if diff:  # the cause first (what differs, old -> new), then what to do; the records stay in the file named
+            changes = "; ".join(d.replace(": ", " ", 1).replace(" != ", " -> ", 1) for d in diff)
             raise ConfigMismatchError(
-                f"{path} holds a run with a different configuration, so it cannot be resumed; differing fields "
-                f"(stored != requested): {'; '.join(diff)}. Use another run directory or restore these values.")
+                f"run {Path(run_dir).name} was trained with other settings ({changes}): it cannot be resumed with "
+                "these. Rerun with its values, or give the new values their own folder (`depthnb reproduce --name "
+                f"NEW`, or another --runs-dir). Its record: {path.resolve()}")  # resolved: the notebook's cwd is not the caller's
     elif write:
         atomic_write(path, lambda f: f.write(json.dumps(record, indent=1).encode()))
 

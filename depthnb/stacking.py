@@ -28,11 +28,12 @@ from .devices import resolve_device
 from .parallel import check_parallel_optimizer, checkpoints_for, init_parallel
 from .optim import make_optimizer
 from .loop import finished_run, job_lock
+from .latency import BUSY_OWN_SHARE, cpu_seconds, others_cpu_share, own_cpu_share
 from .train import pretrain
 
 # %% auto #0
 __all__ = ['Stage', 'stack_stages', 'stage_config', 'grow_state', 'stage_state', 'stack_record', 'stack_train', 'stack_job',
-           'read_stack_run', 'measured_speedup']
+           'read_stack_run', 'measured_speedup', 'stage_load']
 
 # %% ../nbs/06b_stacking.ipynb #09bc05bc
 @dataclass(frozen=True)
@@ -166,7 +167,7 @@ def _stack_train(config: PretrainConfig, stack: StackConfig, run_dir: Path, info
         if st.steps and is_done(sdir):
             model, opt_state, finished = None, None, st
             continue
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), cpu_seconds()
         if finished is not None:
             model, opt_state = stage_state(run_dir / finished.name, config, finished, device, hf)
             finished = None
@@ -187,11 +188,13 @@ def _stack_train(config: PretrainConfig, stack: StackConfig, run_dir: Path, info
         pretrain(stage_config(config, st.n_layers), sdir, init_model=model, init_optimizer_state=opt_state,
                  start_step=st.start, stop_step=st.stop, data=data, progress=progress, log=say)
         model, opt_state = stage_state(sdir, config, st, device, hf)
-        wall = time.perf_counter() - t0
+        wall, cpu1 = time.perf_counter() - t0, cpu_seconds()
         if info.main:
             train_s = read_done(sdir).get("elapsed_s")
+            # how busy the machine was while the stage's wall clock ran (depthnb.latency): a wall-clock verdict reads it
             record = dict(kind="stage", step=st.stop, stage=st.stage, n_layers=st.n_layers, start_step=st.start,
-                          wall_s=wall, grow_s=grow_s, train_s=train_s, resumed=resumed)
+                          wall_s=wall, grow_s=grow_s, train_s=train_s, resumed=resumed,
+                          own_cpu_share=own_cpu_share(cpu0, cpu1, wall), others_cpu_share=others_cpu_share(cpu0, cpu1, wall))
             atomic_write(sdir / "stage.json", lambda f: f.write(json.dumps(record).encode()))
             _merge_stage_metrics(run_dir, stages)
     if finished is not None:
@@ -242,4 +245,16 @@ def measured_speedup(baseline_dir: Path | str, stacked_dir: Path | str) -> dict:
                 schedule=f"{ss.schedule}-{ss.alpha:g}", stages=len(ts), flop_speedup_layers=speedup(**kw),
                 flop_speedup=flop, wall_speedup=wall, step_time_speedup=tb.train_s.sum() / ts.train_s.sum(),
                 efficiency=wall / flop, baseline_wall_s=tb.wall_s.sum(), stacked_wall_s=ts.wall_s.sum(),
-                grow_s=ts.grow_s.sum(), resumed=bool(tb.resumed.any() or ts.resumed.any()))
+                grow_s=ts.grow_s.sum(), resumed=bool(tb.resumed.any() or ts.resumed.any()), **stage_load(tb, ts))
+
+
+def stage_load(*records: pd.DataFrame) -> dict:
+    """How busy the machine was while stage records' wall clocks ran: the least CPU share a stage got
+    (`own_cpu_share`), the most others took (`others_cpu_share`), and `machine_busy`: a stage got less than
+    `latency.BUSY_OWN_SHARE` of the CPU its threads could use. Others' share is not the rule here: the CPU presets
+    train two runs side by side, one per core, and each sees the other. Records written before these were measured:
+    NaN, not busy."""
+    both = pd.concat(records, ignore_index=True)
+    own = float(both.own_cpu_share.min()) if "own_cpu_share" in both else float("nan")
+    others = float(both.others_cpu_share.max()) if "others_cpu_share" in both else float("nan")
+    return dict(own_cpu_share=own, others_cpu_share=others, machine_busy=bool(own < BUSY_OWN_SHARE))

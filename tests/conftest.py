@@ -18,7 +18,7 @@ SLOW_MODULES = {"test_experiments"}
 # Test modules that read the registry's data files (through the local mirror or the cache) in most of their tests:
 # without the data they are skipped with one reason (`data_unavailable`) instead of failing, or downloading.
 DATA_MODULES = {"test_data", "test_faults_data", "test_train", "test_ul2", "test_finetune", "test_midas",
-                "test_parallel", "test_faults", "test_determinism", "test_tasks"}
+                "test_parallel", "test_faults", "test_determinism", "test_tasks", "test_variants"}
 
 
 def pytest_configure(config):

@@ -53,7 +53,8 @@ def test_report_indexes_every_item(pipeline):
     assert "**missing**" not in report, [line for line in report.splitlines() if "**missing**" in line]
     for png in out.glob("*.png"):  # every figure has its PDF and a caption naming the preset and hardware
         assert png.with_suffix(".pdf").exists()
-        assert "[preset: tiny; hardware: " in png.with_suffix(".txt").read_text()
+        assert "[preset: tiny, variant " in png.with_suffix(".txt").read_text()  # OVERRIDES make a variant
+        assert "; hardware: " in png.with_suffix(".txt").read_text()
     for csv in out.glob("*.csv"):
         assert csv.with_suffix(".md").exists()
 
@@ -81,7 +82,7 @@ def test_failure_names_notebook_and_cell(tmp_path):
         reproduce("tiny", only=["petty_rank"], seeds=1, overrides=OVERRIDES, runs_dir=tmp_path / "runs",
                   figures_dir=tmp_path / "figures", log=lambda *a: None)
     message = str(e.value)
-    assert "experiment 'petty_rank' failed in cell" in message
+    assert message.startswith("petty_rank: RuntimeError: ") and "experiment 'petty_rank' failed in cell" in message
     assert "RuntimeError" in message and "run petty_pretrain first" in message
     assert "executed copy:" in message
     assert not (tmp_path / "runs" / "tiny" / "notebooks" / "petty_rank.done.json").exists()

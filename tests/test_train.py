@@ -140,7 +140,8 @@ def test_resume_restores_every_random_generator(data, reference, tmp_path):
 def test_config_mismatch_is_refused(reference, data):
     with pytest.raises(ConfigMismatchError) as e:
         pretrain(small_config(lr=1e-3, batch_size=16), reference, data=data, progress=False)
-    assert "config.lr: 0.003 != 0.001" in str(e.value) and "config.batch_size: 8 != 16" in str(e.value)
+    assert "config.lr 0.003 -> 0.001" in str(e.value) and "config.batch_size 8 -> 16" in str(e.value)
+    assert str(e.value).startswith("run ") and "--name" in str(e.value).splitlines()[0]
 
 
 def test_nan_loss_stops_the_run_and_keeps_the_last_checkpoint(data, tmp_path):
