@@ -20,7 +20,7 @@ from .seeds import (FLOOR, LEVEL, Interval, at_floor, between_seed_sd, combine, 
 __all__ = ['LOSS_DIGITS', 'CONVERGED_FROM', 'CONTROL', 'ISO_METHODS', 'family_loss_sd', 'as_printed', 'rounded_once',
            'claim_table1_speedups', 'stack_table1', 'loss_column', 'paper_midas_gaps', 'describe_proxy',
            'paired_loss_gap', 'closest_schedule_gaps', 'convergence_text', 'claim_midas_loss_near_baseline',
-           'claim_midas_beats_gradstack', 'relative_changes', 'claim_downstream_beyond_ppl', 'resumed',
+           'claim_midas_beats_gradstack', 'relative_changes', 'claim_downstream_beyond_ppl', 'resumed', 'busy',
            'claim_wall_clock', 'claim_looped_similarity', 'matched_loss_gap', 'claim_isoplots', 'leading_number',
            'compare_to_chance', 'choice_readout', 'with_choice', 'single_run_verdict', 'claim_primitives_5shot',
            'claim_primitives_ft', 'chance_band', 'depth2_at_chance', 'claim_depth2_at_chance', 'claim_arithmetic_poor',
@@ -222,6 +222,11 @@ def resumed(rows: pd.DataFrame) -> bool:
     return "resumed" in rows and bool(rows.resumed.astype(str).str.lower().eq("true").any())
 
 
+def busy(rows: pd.DataFrame) -> bool:
+    "Whether any of `rows` (midas_speedup) was timed on a busy machine (its `machine_busy`, by limits set before timing)."
+    return "machine_busy" in rows and bool(rows.machine_busy.astype(str).str.lower().eq("true").any())
+
+
 def claim_wall_clock(sp: pd.DataFrame) -> tuple[str, str]:
     """MIDAS's measured wall-clock speedup against the no-FLOP-saving control's, in log units (paired per seed where
     there are several). With one run each, the control's own deviation from 1x is the measurement's error: one draw,
@@ -237,6 +242,9 @@ def claim_wall_clock(sp: pd.DataFrame) -> tuple[str, str]:
     if resumed(midas) or resumed(control):
         return (head + "a resumed run's wall clock counts only each stage's last attempt: not measured, so no speedup "
                 "is read from it", "not testable")
+    if busy(midas) or busy(control):
+        share = (f" (this run got as little as {sp.own_cpu_share.min():.0%} of its CPU)" if "own_cpu_share" in sp else "")
+        return head + f"not measured: machine busy{share}, so no speedup is read from it", "not testable"
     effect = float(np.log(midas.flop_speedup.iloc[0]))
     pair = midas.set_index("seed").wall_speedup.pipe(np.log) - control.set_index("seed").wall_speedup.pipe(np.log)
     pair = pair.dropna()

@@ -625,6 +625,12 @@ def claim_latency_linear(lat: pd.DataFrame) -> tuple[str, str]:
             continue
         med = g.groupby("n_layers").seconds
         spread = ((med.max() - med.min()) / med.median()).max()
+        if "machine_busy" in g and (flagged := g[g.machine_busy.astype(str).str.lower().eq("true")]).size:
+            verdicts.append("not testable")
+            parts.append(f"{label}: not measured: machine busy ({len(flagged)} of {len(g)} timings flagged by the "
+                         f"limits of depthnb.latency; others used up to {g.others_cpu_share.max():.0%} of the CPU, one "
+                         f"timing's step spread up to {g.step_spread.max():.0%})")
+            continue
         if spread > LATENCY_MAX_SPREAD:
             verdicts.append("not testable")
             parts.append(f"{label}: not measured: machine busy (a depth's round medians spread {spread:.0%} of their "

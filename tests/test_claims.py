@@ -918,3 +918,18 @@ def test_midas_loss_near_baseline_margin_sign_and_convergence():
     t1, paper, per_seed, _ = midas_tables([0.05, 0.06, 0.055, 0.05])
     evidence, verdict = claim_midas_loss_near_baseline(t1, paper, None, "v", per_seed, None)
     assert verdict == "does not hold" and "convergence is not checked" in evidence
+
+
+def test_busy_timings_are_not_measured():
+    "A timing the measurement itself flagged as taken on a busy machine decides nothing (issue 59's load record)."
+    flagged = latency_table(LINE, noise=0.0005).assign(machine_busy=False, others_cpu_share=0.1, step_spread=0.2)
+    assert claim_latency_linear(flagged)[1] == "holds"
+    flagged.loc[3, "machine_busy"] = True
+    evidence, verdict = claim_latency_linear(flagged)
+    assert verdict == "not testable" and "not measured: machine busy (1 of 15 timings flagged" in evidence, evidence
+    from depthnb.claims_midas import claim_wall_clock
+
+    sp = pd.DataFrame(dict(method=["midas", "looped"], flop_speedup=[1.24, 1.0], wall_speedup=[1.24, 1.0],
+                           resumed=False, machine_busy=[False, True], own_cpu_share=[0.9, 0.4]))
+    evidence, verdict = claim_wall_clock(sp)
+    assert verdict == "not testable" and "not measured: machine busy (this run got as little as 40%" in evidence
