@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from depthnb.config import ModelConfig
+from depthnb.config import ModelConfig, to_dict
 from depthnb.data import train_tokenizer
 from depthnb.downstream_tasks import TASKS_DIR
 from depthnb.model import DecoderLM
 from depthnb.presets import get_preset
-from depthnb.runs import save_weights, write_or_check_config
+from depthnb.runs import run_lock, save_checkpoint, save_weights, sha256_file, write_or_check_config
 
 BIN = Path(sys.executable).parent  # the environment's console scripts: depthnb, lm_eval
 
@@ -36,6 +36,71 @@ def run_dir(tmp_path_factory):
     model = DecoderLM(ModelConfig(d_model=32, d_attn=32, n_heads=2, d_ff=64, n_layers=2, n_vocab=2048, n_ctx=128))
     save_weights(run / "final.pt", model, step=0)
     return run
+
+
+def one_line(done: subprocess.CompletedProcess, prog: str = "python -m depthnb.lm_eval") -> str:
+    "The one line a bad input gets: exit status 2, no traceback, the line on stderr."
+    assert done.returncode == 2, (done.returncode, done.stderr[-3000:])
+    assert "Traceback" not in done.stderr and done.stderr.strip().count("\n") == 0, done.stderr[-3000:]
+    assert done.stderr.startswith(f"{prog}: error: "), done.stderr
+    return done.stderr.strip()
+
+
+BAD_YAML = "task: bad_task\ndataset_path: foo\n  output_type: [generate_until\n"
+FIELD = 'task: field_task\ntest_split: test\ndoc_to_text: "{{question}}"\noutput_type: {}\n'
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["unknown task", "include path", "yaml syntax", "field value", "unknown field",
+                                  "missing run", "downstream unknown task"])
+def test_bad_lm_eval_input_is_one_line(case, tmp_path):
+    (tmp_path / "tasks").mkdir()
+    lm_eval = "python -m depthnb.lm_eval --model dummy --device cpu"
+    if case == "unknown task":
+        line = one_line(shell(f"{lm_eval} --tasks svampp", tmp_path))
+        assert "unknown task 'svampp' (closest: svamp" in line
+    elif case == "include path":
+        line = one_line(shell(f"{lm_eval} --tasks svamp --include_path nowhere", tmp_path))
+        assert line.endswith("--include_path nowhere: no such folder")
+    elif case == "yaml syntax":
+        (tmp_path / "tasks" / "bad_task.yaml").write_text(BAD_YAML)
+        line = one_line(shell(f"{lm_eval} --tasks bad_task --include_path tasks", tmp_path))
+        assert "tasks/bad_task.yaml:3: YAML syntax error: mapping values are not allowed" in line
+    elif case == "field value":
+        (tmp_path / "tasks" / "field_task.yaml").write_text(FIELD.format("generate"))
+        line = one_line(shell(f"{lm_eval} --tasks field_task --include_path tasks", tmp_path))
+        assert line.endswith("tasks/field_task.yaml:4: output_type 'generate'; allowed values: loglikelihood, "
+                             "multiple_choice, loglikelihood_rolling, generate_until")
+    elif case == "unknown field":
+        (tmp_path / "tasks" / "field_task.yaml").write_text(FIELD.format("generate_until") + "doc_to_targt: x\n")
+        line = one_line(shell(f"{lm_eval} --tasks tasks/field_task.yaml", tmp_path))
+        assert "tasks/field_task.yaml:5: unknown field 'doc_to_targt' (did you mean 'doc_to_target'?)" in line
+    elif case == "missing run":
+        line = one_line(shell("python -m depthnb.lm_eval --model depthnb --model_args pretrained=no/run --tasks svamp",
+                              tmp_path))
+        assert line.endswith("--model_args pretrained=no/run: no such run directory or weights file")
+    else:
+        line = one_line(shell("depthnb downstream no/run --tasks svampp", tmp_path), "depthnb downstream")
+        assert "unknown task or group 'svampp' (closest: svamp)" in line
+
+
+@pytest.mark.slow
+def test_lm_eval_refuses_a_run_in_training_and_scores_a_named_checkpoint(tmp_path):
+    torch.manual_seed(0)
+    tok = train_tokenizer(get_preset("tiny").pretrain.data, log=None)
+    run = tmp_path / "run"
+    write_or_check_config(run, dict(kind="pretrain", tokenizer=str(tok.path)))
+    model = DecoderLM(ModelConfig(d_model=32, d_attn=32, n_heads=2, d_ff=64, n_layers=2, n_vocab=2048, n_ctx=128))
+    save_checkpoint(run, dict(model_config=to_dict(model.cfg), model=model.state_dict(), step=6))
+    command = "python -m depthnb.lm_eval --model depthnb --model_args pretrained=run{} --tasks svamp --limit 2 --output_path out"
+    with run_lock(run):  # a trainer's lock, held by a live process (this one)
+        line = one_line(shell(command.format(""), tmp_path))
+        assert "--model_args pretrained=run: run is in use by process" in line and "name a checkpoint (a step: 6;" in line
+        done = shell(command.format(",step=6"), tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    config = results(tmp_path / "out")["config"]
+    assert config["depthnb_step"] == 6 and config["depthnb_weights"].endswith("checkpoints/step_00000006.pt")
+    assert config["depthnb_weights_sha256"] == sha256_file(run / "checkpoints" / "step_00000006.pt")
 
 
 def results(folder: Path) -> dict:
