@@ -39,13 +39,14 @@ from .sources import FetchError, data_path
 from .tasks import HELD_OUT_SPLIT
 
 # %% auto #0
-__all__ = ['DOWNSTREAM_TASKS', 'GROUPS', 'TABLE1_GROUPS', 'TASKS_DIR', 'FEWSHOT_SEED', 'GSM8K_HELD_OUT', 'math_solution',
-           'load_svamp', 'load_asdiv', 'load_mawps', 'load_gsm8k', 'load_nq_open', 'load_webquestions',
-           'DownstreamTask', 'hub_unavailable', 'task_unavailable', 'offline_if_unreachable', 'mirror_dataset',
-           'task_yaml_config', 'lm_eval_config', 'primitive_dataset', 'primitive_results', 'primitive_yaml_config',
-           'primitive_config', 'task_yaml', 'lm_eval_task_files', 'write_lm_eval_tasks', 'quiet_lm_eval',
-           'evaluate_config', 'evaluate_task', 'fits_context', 'ContextTooShort', 'gsm8k_finetune_data', 'result_dir',
-           'gsm8k_finetune_dir', 'finetune_gsm8k', 'result_path', 'scored', 'select_tasks', 'score_run']
+__all__ = ['DOWNSTREAM_TASKS', 'GROUPS', 'TABLE1_GROUPS', 'LM_EVAL_PREFIX', 'TASKS_DIR', 'FEWSHOT_SEED', 'GSM8K_HELD_OUT',
+           'math_solution', 'load_svamp', 'load_asdiv', 'load_mawps', 'load_gsm8k', 'load_nq_open', 'load_webquestions',
+           'DownstreamTask', 'lm_eval_name', 'hub_unavailable', 'task_unavailable', 'offline_if_unreachable',
+           'mirror_dataset', 'task_yaml_config', 'lm_eval_config', 'primitive_dataset', 'primitive_results',
+           'primitive_yaml_config', 'primitive_config', 'task_yaml', 'lm_eval_task_files', 'write_lm_eval_tasks',
+           'quiet_lm_eval', 'evaluate_config', 'evaluate_task', 'fits_context', 'ContextTooShort',
+           'gsm8k_finetune_data', 'result_dir', 'gsm8k_finetune_dir', 'finetune_gsm8k', 'result_path', 'scored',
+           'select_tasks', 'score_run']
 
 # %% ../nbs/07b_downstream_tasks.ipynb #9595ac1b
 def _expression(text: str) -> str:
@@ -157,15 +158,13 @@ def _math_task(name, title, loader, files):
 DOWNSTREAM_TASKS: dict[str, DownstreamTask] = {t.name: t for t in [
     DownstreamTask("triviaqa", "TriviaQA", "closed_book_qa", 0, "exact_match,remove_whitespace", "triviaqa/default.yaml"),
     DownstreamTask("tydiqa_nocontext", "TyDi QA (no context)", "closed_book_qa", 0, "exact_match,none",
-                   "tydiqa/tydiqa_goldp_en.yaml", overrides=(("task", "tydiqa_nocontext"),
-                                                            ("doc_to_text", "Question: {{question}}\n\nAnswer:"))),
+                   "tydiqa/tydiqa_goldp_en.yaml", overrides=(("doc_to_text", "Question: {{question}}\n\nAnswer:"),)),
     DownstreamTask("nq_open", "Natural Questions", "closed_book_qa", 0, "exact_match,remove_whitespace",
                    "nq_open/nq_open.yaml", "load_nq_open", ("nq_open/NQ-open.dev.jsonl",),
                    (("training_split", None), ("fewshot_split", "validation"))),
     DownstreamTask("webqs", "WebQuestions", "closed_book_qa", 0, "exact_match,none", "webqs/webqs.yaml",
                    "load_webquestions", ("webquestions/test.json",), (("training_split", None), ("fewshot_split", "test"))),
-    DownstreamTask("tydiqa_goldp", "TyDi QA (GoldP)", "open_book_qa", 0, "exact_match,none", "tydiqa/tydiqa_goldp_en.yaml",
-                   overrides=(("task", "tydiqa_goldp"),)),
+    DownstreamTask("tydiqa_goldp", "TyDi QA (GoldP)", "open_book_qa", 0, "exact_match,none", "tydiqa/tydiqa_goldp_en.yaml"),
     DownstreamTask("squadv2", "SQuAD v2", "open_book_qa", 0, "exact,none", "squadv2/squadv2.yaml"),
     DownstreamTask("drop", "DROP", "open_book_qa", 0, "em,none", "drop/default.yaml"),
     DownstreamTask("quac", "QuAC", "open_book_qa", 0, "", None),
@@ -187,6 +186,12 @@ for _t in DOWNSTREAM_TASKS.values():
     GROUPS.setdefault(_t.group, ())
     GROUPS[_t.group] += (_t.name,)
 TABLE1_GROUPS = ("closed_book_qa", "open_book_qa", "math")
+LM_EVAL_PREFIX = "depthnb_"  # the lm-eval names of the downstream tasks: never one of lm-eval's own
+
+
+def lm_eval_name(name: str) -> str:
+    "The lm-eval task name of downstream task `name` (`depthnb_gsm8k`); any other name (`primitive_psm`) as it is."
+    return LM_EVAL_PREFIX + name if name in DOWNSTREAM_TASKS else name
 
 # %% ../nbs/07b_downstream_tasks.ipynb #22db5573
 _OFFLINE_BECAUSE: dict[str, str] = {}  # offline flags depthnb set itself → the real cause
@@ -287,9 +292,10 @@ def task_yaml_config(name: str) -> dict:
     config = _function_refs(load_yaml(_LM_EVAL_TASKS / task.base, resolve_func=False))
     config.pop("tag", None)
     if config.get("class") is not None:  # a Python task class (SQuAD v2): used as lm-eval defines it
-        return {"task": name, "class": config["class"], "num_fewshot": task.shots}
-    config.update(task=name, num_fewshot=task.shots)
+        return {"task": lm_eval_name(name), "class": config["class"], "num_fewshot": task.shots}
+    config.update(num_fewshot=task.shots)
     config.update(dict(task.overrides))
+    config["task"] = lm_eval_name(name)
     if task.loader is not None:
         for key in ("dataset_path", "dataset_name", "dataset_kwargs"):
             config.pop(key, None)
@@ -300,7 +306,7 @@ def task_yaml_config(name: str) -> dict:
 
 def lm_eval_config(name: str, shots: int | None = None) -> dict:
     "The lm-eval task configuration of a downstream task or `primitive_<name>`: its YAML file in `TASKS_DIR`, read as lm-eval reads it."
-    path = TASKS_DIR / f"{name}.yaml"
+    path = TASKS_DIR / f"{lm_eval_name(name)}.yaml"
     if name in DOWNSTREAM_TASKS and DOWNSTREAM_TASKS[name].base is None:
         raise ValueError(f"{DOWNSTREAM_TASKS[name].title}: no task definition (see task_unavailable)")
     if not path.exists():

@@ -178,9 +178,13 @@ def unknown_tasks(names: list[str], include_path: str | None) -> str:
     "One line for task names lm-eval did not find: each with the closest names lm-eval knows (its tasks, groups and tags)."
     with _quiet_logs():
         known = TaskManager(include_path=include_path).all_tasks
+    def likeness(name: str, candidate: str) -> float:  # depthnb's tasks also by their name without the prefix
+        return max(difflib.SequenceMatcher(None, name, c).ratio() for c in (candidate, candidate.removeprefix("depthnb_")))
+
     parts = []
     for name in names:
-        close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
+        scored = sorted(((likeness(name, k), k) for k in known), key=lambda x: (-x[0], x[1]))
+        close = [k for score, k in scored[:3] if score >= 0.6]
         parts.append(f"{name!r}" + (f" (closest: {', '.join(close)})" if close else " (no close name)"))
     where = f"lm-eval's tasks and {include_path}" if include_path else "lm-eval's tasks"
     return f"--tasks: unknown task {'; '.join(parts)} in {where}; `lm_eval ls tasks` lists them"

@@ -160,7 +160,7 @@ def test_export_refuses_what_it_cannot_write(tmp_path):
 MAX_POSITIONS = 128
 HF_LLAMA = LlamaConfig(vocab_size=10, hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=2,
                        max_position_embeddings=MAX_POSITIONS)
-TASKS = ("primitive_copy_random", "svamp")
+TASKS = ("primitive_copy_random", "depthnb_svamp")
 
 
 def documented_command() -> str:
