@@ -24,13 +24,13 @@ from .config import ModelConfig, PretrainConfig
 from .runs import atomic_write_text, load_verified
 
 # %% auto #0
-__all__ = ['HF_INSTALL', 'FFN_WIDTH_FIELDS', 'HF_CONFIG_FILE', 'SPM_NORMAL', 'SPM_USER_DEFINED', 'SPM_BYTE', 'SPM_UNIGRAM',
-           'UNMATCHED_SCORE', 'TOKENIZER_PROBES', 'MissingExtraError', 'require_transformers', 'is_hf_model',
-           'hf_field', 'ffn_field', 'ffn_width', 'shape_config', 'load_hf_config', 'hf_config_with', 'build_hf',
-           'decoder_layers', 'HFCausalLM', 'training_hf_config', 'save_hf_config', 'read_hf_config', 'empty_hf_model',
-           'hf_pretrain_config', 'load_hf_model', 'hf_param_count', 'hf_width_coefficients', 'hf_solve_ffn',
-           'hf_depth_config', 'hf_family', 'spm_model_proto', 'spm_backend', 'hf_tokenizer', 'hf_tokenizer_problem',
-           'export_hf']
+__all__ = ['HF_INSTALL', 'HF_CONFIG_FILE', 'SPM_NORMAL', 'SPM_USER_DEFINED', 'SPM_BYTE', 'SPM_UNIGRAM', 'UNMATCHED_SCORE',
+           'TOKENIZER_PROBES', 'MissingExtraError', 'require_transformers', 'is_hf_model', 'hf_field', 'shape_config',
+           'load_hf_config', 'hf_config_with', 'per_layer_fields', 'hf_stage_config', 'build_hf', 'decoder_layers',
+           'mlp_width', 'ffn_width', 'ffn_field', 'HFCausalLM', 'training_hf_config', 'save_hf_config',
+           'read_hf_config', 'empty_hf_model', 'hf_pretrain_config', 'load_hf_model', 'hf_param_count',
+           'hf_width_coefficients', 'hf_solve_ffn', 'hf_depth_config', 'hf_family', 'spm_model_proto', 'spm_backend',
+           'hf_tokenizer', 'hf_tokenizer_problem', 'export_hf']
 
 # %% ../nbs/02f_hf.ipynb #ba8ccfe3
 HF_INSTALL = "pip install depthnb[hf]"
@@ -57,23 +57,6 @@ def is_hf_model(model) -> bool:
 def hf_field(config, name: str) -> str:
     "The attribute `config` keeps the standard field `name` in (GPT-2: `num_hidden_layers` is `n_layer`)."
     return getattr(config, "attribute_map", {}).get(name, name)
-
-
-FFN_WIDTH_FIELDS = ("intermediate_size", "n_inner", "ffn_dim", "d_ff")  # the names transformers configs use
-
-
-def ffn_field(config) -> str:
-    "The name of `config`'s feed-forward width field; `ValueError` if it has none of `FFN_WIDTH_FIELDS`."
-    for name in FFN_WIDTH_FIELDS:
-        if name in config.to_dict():
-            return name
-    raise ValueError(f"{type(config).__name__} has no feed-forward width field (looked for {', '.join(FFN_WIDTH_FIELDS)})")
-
-
-def ffn_width(config) -> int:
-    "The feed-forward width of `config` (GPT-2's `n_inner=None` means 4 x the model width)."
-    value = getattr(config, ffn_field(config))
-    return 4 * config.hidden_size if value is None else int(value)
 
 
 def shape_config(config, n_ctx: int) -> ModelConfig:
@@ -120,6 +103,31 @@ def hf_config_with(config, **changes):
     return type(config).from_dict(data)
 
 
+def per_layer_fields(config) -> list[str]:
+    """The entries of `config` that hold one value per layer: lists as long as its depth (`layer_types`,
+    `no_rope_layers`, ...), token-id lists and `architectures` aside."""
+    n = config.num_hidden_layers
+    return [k for k, v in config.to_dict().items() if isinstance(v, (list, tuple)) and len(v) == n
+            and k != "architectures" and not k.endswith(("_token_id", "_token_ids"))]
+
+
+def hf_stage_config(config, n_layers: int):
+    """`config`, the target of a stagewise run, at the depth `n_layers` of one of its stages: the first `n_layers`
+    layers of the target's layout. Each per-layer entry (`per_layer_fields`) keeps the target's first `n_layers`
+    values and every other entry (`max_window_layers`, `sliding_window`) stays the target's, so a stage's layer j
+    is built as the target's layer j and the last stage's config is the target's."""
+    n = config.num_hidden_layers
+    if not 1 <= n_layers <= n:
+        raise ValueError(f"{type(config).__name__}: a stage of {n_layers} layers of a {n}-layer target")
+    data = config.to_dict()
+    if data.get("per_layer_config"):
+        raise ValueError(f"{type(config).__name__}: a config with per_layer_config overrides cannot be trained in stages")
+    for key in per_layer_fields(config):
+        data[key] = list(data[key])[:n_layers]
+    data[hf_field(config, "num_hidden_layers")] = n_layers
+    return type(config).from_dict(data)
+
+
 def build_hf(config, n_layers: int | None = None):
     "A randomly initialised transformers causal LM of `config` (at depth `n_layers`: see `hf_config_with`)."
     transformers = require_transformers()
@@ -139,6 +147,97 @@ def decoder_layers(model: nn.Module) -> tuple[str, nn.ModuleList]:
         where = f"several: {', '.join(a for a, _ in found)}" if found else "none"
         raise ValueError(f"{type(model).__name__}: no single nn.ModuleList of its {n} decoder layers ({where})")
     return found[0]
+
+# %% ../nbs/02f_hf.ipynb #e2d5abf9
+def _linear_shape(module: nn.Module) -> tuple[int, int] | None:
+    "(in, out) features of a linear map: `nn.Linear`, or GPT-2's `Conv1D` (its weight stored in x out)."
+    if isinstance(module, nn.Linear):
+        return module.in_features, module.out_features
+    weight = getattr(module, "weight", None)
+    if type(module).__name__ == "Conv1D" and isinstance(weight, torch.Tensor) and weight.dim() == 2:
+        return tuple(weight.shape)
+    return None
+
+
+_NOT_FFN = ("att", "norm")  # child modules of a decoder layer that are not its MLP (attn, attention, self_att, ...)
+
+
+def mlp_width(layer: nn.Module, d_model: int) -> int:
+    """The feed-forward width F of one decoder layer, read from its modules: outside its attention and norms (by their
+    names), a linear map F -> d_model and one d_model -> F (or d_model -> 2F, gate and up fused; as one child, `mlp`,
+    or as several, OPT's `fc1` and `fc2`, BERT's `intermediate` and `output`); `ValueError` if there is not exactly
+    one such F (experts and recurrent blocks keep their weights otherwise)."""
+    shapes = [s for name, child in layer.named_children() if not any(w in name.lower() for w in _NOT_FFN)
+              for m in child.modules() if (s := _linear_shape(m)) is not None]
+    ups, downs = {o for i, o in shapes if i == d_model}, {i for i, o in shapes if o == d_model}
+    widths = {f for f in downs if f in ups or 2 * f in ups}
+    if len(widths) > 1:
+        widths.discard(d_model)  # a square map beside the MLP (a gate, a mixing matrix)
+    if len(widths) != 1:
+        raise ValueError(f"{type(layer).__name__}: no single feed-forward width in its modules "
+                         + (f"(several: {', '.join(map(str, sorted(widths)))})" if widths else
+                            "(no linear maps d_model -> F -> d_model outside attention and norms: experts or "
+                            "recurrent blocks keep their weights otherwise)"))
+    return widths.pop()
+
+
+def _meta_model(config, n_layers: int | None = None):
+    transformers = require_transformers()
+    config = hf_config_with(config, num_hidden_layers=n_layers) if n_layers is not None else config
+    with torch.device("meta"):
+        return transformers.AutoModelForCausalLM.from_config(config)
+
+
+def _measured_width(config, n_layers: int | None = None) -> int:
+    "The feed-forward width of `config`'s model, built on the meta device; every layer must have the same."
+    model = _meta_model(config, n_layers)
+    text = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    widths = {mlp_width(layer, text.hidden_size) for layer in decoder_layers(model)[1]}
+    if len(widths) != 1:
+        raise ValueError(f"{type(config).__name__}: its layers have different feed-forward widths ({sorted(widths)})")
+    return widths.pop()
+
+
+_FFN_CACHE: dict[tuple[str, str], tuple[int, str | None]] = {}
+
+
+def _ffn(config) -> tuple[int, str | None]:
+    """(width, field) of `config`: the width measured on its MLP modules; the field, the config entry that sets it,
+    found by building one layer with a candidate set to another value (entries equal to the width first, then
+    unset ones, GPT-2's `n_inner=None` and Falcon's `ffn_hidden_size=None` meaning 4 x the model width)."""
+    key = (type(config).__name__, config.to_json_string(use_diff=False))
+    if key not in _FFN_CACHE:
+        width, data = _measured_width(config), config.to_dict()
+        candidates = [k for k, v in data.items() if type(v) is int and v == width] + \
+                     [k for k, v in data.items() if v is None]
+        field = next((k for k in candidates if _probe(config, k, width + 2)), None)
+        _FFN_CACHE[key] = (width, field)
+    return _FFN_CACHE[key]
+
+
+def _probe(config, name: str, value: int) -> bool:
+    "Whether setting entry `name` to `value` makes a one-layer model's feed-forward width `value`."
+    try:
+        data = config.to_dict()
+        data[name] = value
+        return _measured_width(type(config).from_dict(data), 1) == value
+    except Exception:  # an entry the config or the model cannot take as a width
+        return False
+
+
+def ffn_width(config) -> int:
+    "The feed-forward width of `config`'s architecture, measured on its instantiated MLP modules (on the meta device)."
+    return _ffn(config)[0]
+
+
+def ffn_field(config) -> str:
+    "The config entry that sets the feed-forward width (`intermediate_size`, GPT-2's `n_inner`, Falcon's `ffn_hidden_size`, ...)."
+    width, field = _ffn(config)
+    if field is None:
+        raise ValueError(f"{type(config).__name__}: no config field sets its feed-forward width {width} (measured on its "
+                         "MLP modules), so its depth family cannot change the width")
+    return field
+
 
 # %% ../nbs/02f_hf.ipynb #9439192f
 class HFCausalLM(nn.Module):

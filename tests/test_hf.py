@@ -13,8 +13,8 @@ import torch  # noqa: E402
 from transformers import AutoModelForCausalLM, GPT2Config, LlamaConfig, Qwen2Config  # noqa: E402
 
 from depthnb.growth import grow, grow_layout  # noqa: E402
-from depthnb.hf import (HFCausalLM, build_hf, decoder_layers, ffn_width, hf_depth_config, hf_family,  # noqa: E402
-                        hf_param_count, load_hf_config)
+from depthnb.hf import (HFCausalLM, build_hf, decoder_layers, ffn_field, ffn_width, hf_config_with,  # noqa: E402
+                        hf_depth_config, hf_family, hf_param_count, load_hf_config)
 
 TINY = dict(vocab_size=97, hidden_size=32, intermediate_size=48, num_hidden_layers=4, num_attention_heads=4,
             num_key_value_heads=2, max_position_embeddings=64)
@@ -248,3 +248,50 @@ def test_cli_names_a_missing_config_in_one_line(tmp_path, capsys):
     assert cli_stack(["--preset", "tiny", "--set", f"runs_dir={tmp_path}", "--hf-config", str(tmp_path / "nope")]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "local Hugging Face cache" in err[0], err
+
+
+def decoder_only_configs():
+    "(model_type, config) of every causal LM architecture the installed transformers ships that is not encoder-decoder, at 2 layers."
+    from transformers import AutoConfig
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+    out = []
+    for model_type in sorted(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES):
+        try:
+            config = AutoConfig.for_model(model_type)
+        except Exception:  # a config that needs arguments (or a backend) to be built at all
+            continue
+        if getattr(config, "is_encoder_decoder", False) or not hasattr(config, "num_hidden_layers"):
+            continue
+        try:
+            config = hf_config_with(config, num_hidden_layers=2)
+        except Exception:
+            continue
+        out.append((model_type, config))
+    return out
+
+
+@pytest.mark.slow
+def test_ffn_width_of_every_decoder_only_architecture():
+    # the width is measured on the built MLP modules, the field found by trying; an architecture that cannot be
+    # supported gets one line saying why; the common ones, Falcon's ffn_hidden_size among them, are supported
+    supported, refused = {}, {}
+    for model_type, config in decoder_only_configs():
+        try:
+            hf_param_count(config)
+        except Exception:  # its default config does not build a model on the meta device: nothing of ours to test
+            continue
+        try:
+            width, field = ffn_width(config), ffn_field(config)
+        except ValueError as e:
+            assert str(e) and "\n" not in str(e), e
+            refused[model_type] = str(e)
+            continue
+        supported[model_type] = (width, field)
+        wider = hf_config_with(config, **{field: width + 3})
+        assert ffn_width(wider) == width + 3, model_type
+        assert hf_param_count(config, 1, width + 1) > hf_param_count(config, 1, width), model_type
+    print(f"{len(supported)} supported, {len(refused)} refused:", *[f"{k}: {v}" for k, v in refused.items()], sep="\n")
+    known = {"llama": "intermediate_size", "qwen2": "intermediate_size", "qwen3": "intermediate_size",
+             "gemma2": "intermediate_size", "mistral": "intermediate_size", "gpt2": "n_inner",
+             "falcon": "ffn_hidden_size", "opt": "ffn_dim", "gpt_neox": "intermediate_size", "phi3": "intermediate_size"}
+    assert {k: supported.get(k, (None, refused.get(k)))[1] for k in known} == known

@@ -57,7 +57,7 @@ def test_bad_lm_eval_input_is_one_line(case, tmp_path):
     (tmp_path / "tasks").mkdir()
     lm_eval = "python -m depthnb.lm_eval --model dummy --device cpu"
     if case == "unknown task":
-        line = one_line(shell(f"{lm_eval} --tasks depthnb_svampp", tmp_path))
+        line = one_line(shell(f"{lm_eval} --tasks svampp", tmp_path))
         assert "unknown task 'svampp' (closest: depthnb_svamp" in line
     elif case == "include path":
         line = one_line(shell(f"{lm_eval} --tasks depthnb_svamp --include_path nowhere", tmp_path))
@@ -80,7 +80,7 @@ def test_bad_lm_eval_input_is_one_line(case, tmp_path):
                               tmp_path))
         assert line.endswith("--model_args pretrained=no/run: no such run directory or weights file")
     else:
-        line = one_line(shell("depthnb downstream no/run --tasks depthnb_svampp", tmp_path), "depthnb downstream")
+        line = one_line(shell("depthnb downstream no/run --tasks svampp", tmp_path), "depthnb downstream")
         assert "unknown task or group 'svampp' (closest: svamp)" in line
 
 
