@@ -146,17 +146,17 @@ def _check_like_fresh(layer: nn.Module, config, j: int, s: int) -> None:
                          f"at position {j}")
 
 
-def _take_position_settings(layer: nn.Module, config, j: int) -> None:
-    """Set the settings (not the parameters) of every module of `layer` to those its class builds at position j from
-    `config`: a copy placed where the target has another layer kind (sliding or full attention) becomes that kind."""
-    try:
-        with torch.device("meta"), torch.random.fork_rng():
-            fresh = type(layer)(config, layer_idx=j)
-    except TypeError:
-        return
-    for (_, a), (_, b) in zip(layer.named_modules(), fresh.named_modules()):
-        for k, v in _simple_attributes(b).items():
-            setattr(a, k, v)
+def _take_fresh_settings(model: nn.Module, config) -> None:
+    """Set the settings (not the parameters) of every module of `model` to those its class builds from `config` (on
+    the meta device): a copied layer placed where the target has another layer kind (sliding or full attention)
+    becomes that kind, and the model's own flags (Qwen3's `has_sliding_layers`) follow its layers."""
+    with torch.device("meta"), torch.random.fork_rng():
+        fresh = dict(type(model)(config).named_modules())
+    for name, module in model.named_modules():
+        if name in fresh:
+            for k, v in _simple_attributes(fresh[name]).items():
+                if k != "gradient_checkpointing":  # the trainer's choice, not the architecture's
+                    setattr(module, k, v)
 
 
 def grow_hf_model(model: nn.Module, layout: list[int], grown_config=None) -> nn.Module:
@@ -176,11 +176,12 @@ def grow_hf_model(model: nn.Module, layout: list[int], grown_config=None) -> nn.
         for module in layer.modules():
             if isinstance(getattr(module, "layer_idx", None), int) and not isinstance(module.layer_idx, bool):
                 module.layer_idx = j
-        if grown_config is not None:
-            _take_position_settings(layer, new_config, j)
-        _check_like_fresh(layer, new_config, j, s)
     parent, _, attr = name.rpartition(".")
     setattr(grown.get_submodule(parent), attr, new_layers)
+    if grown_config is not None:
+        _take_fresh_settings(grown, new_config)
+    for j, (layer, s) in enumerate(zip(new_layers, layout)):
+        _check_like_fresh(layer, new_config, j, s)
     return grown
 
 # %% ../nbs/06_growth.ipynb #2925f10d
