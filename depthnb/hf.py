@@ -125,7 +125,12 @@ def hf_stage_config(config, n_layers: int):
     for key in per_layer_fields(config):
         data[key] = list(data[key])[:n_layers]
     data[hf_field(config, "num_hidden_layers")] = n_layers
-    return type(config).from_dict(data)
+    try:
+        return type(config).from_dict(data)
+    except Exception as e:  # the class's own validation (OLMo-Hybrid: a stage needs an attention layer)
+        why = (str(getattr(e, "__cause__", None) or e).strip().splitlines() or [type(e).__name__])[-1].strip()
+        raise ValueError(f"{type(config).__name__}: the target's first {n_layers} layers are not a model of their own "
+                         f"({why}), so it cannot be trained in stages of that depth") from None
 
 
 def build_hf(config, n_layers: int | None = None):

@@ -382,7 +382,7 @@ def test_stack_train_final_configs_equal_across_methods(arch, data, tmp_path):
     configs = {}
     for method in ("baseline", "midas", "gradstack"):
         run = tmp_path / method
-        stack_train(small_config(**STACK_STEPS, model__n_layers=4), StackConfig(method=method, block_size=1), run,
+        stack_train(small_config(**{**STACK_STEPS, "model__n_layers": 4}), StackConfig(method=method, block_size=1), run,
                     data=data, progress=False, hf_config=LAYOUT_TARGETS[arch]())
         configs[method] = read_hf_config(run).to_dict()
         if method != "baseline":
