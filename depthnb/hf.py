@@ -21,16 +21,17 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .config import ModelConfig, PretrainConfig
-from .runs import atomic_write_text, load_verified
+from .runs import (atomic_write_text, load_verified, read_config, read_metrics, source_run_dir, weights_step,
+                          weights_to_score)
 
 # %% auto #0
 __all__ = ['HF_INSTALL', 'HF_CONFIG_FILE', 'SPM_NORMAL', 'SPM_USER_DEFINED', 'SPM_BYTE', 'SPM_UNIGRAM', 'UNMATCHED_SCORE',
-           'TOKENIZER_PROBES', 'MissingExtraError', 'require_transformers', 'is_hf_model', 'hf_field', 'shape_config',
-           'load_hf_config', 'hf_config_with', 'per_layer_fields', 'hf_stage_config', 'build_hf', 'decoder_layers',
-           'mlp_width', 'ffn_width', 'ffn_field', 'HFCausalLM', 'training_hf_config', 'save_hf_config',
-           'read_hf_config', 'empty_hf_model', 'hf_pretrain_config', 'load_hf_model', 'hf_param_count',
-           'hf_width_coefficients', 'hf_solve_ffn', 'hf_depth_config', 'hf_family', 'spm_model_proto', 'spm_backend',
-           'hf_tokenizer', 'hf_tokenizer_problem', 'export_hf']
+           'TOKENIZER_PROBES', 'TOKENIZER_MODULE', 'MissingExtraError', 'require_transformers', 'is_hf_model',
+           'hf_field', 'shape_config', 'load_hf_config', 'hf_config_with', 'per_layer_fields', 'hf_stage_config',
+           'build_hf', 'decoder_layers', 'mlp_width', 'ffn_width', 'ffn_field', 'HFCausalLM', 'training_hf_config',
+           'save_hf_config', 'read_hf_config', 'empty_hf_model', 'hf_pretrain_config', 'load_hf_model',
+           'hf_param_count', 'hf_width_coefficients', 'hf_solve_ffn', 'hf_depth_config', 'hf_family', 'spm_model_proto',
+           'spm_backend', 'hf_tokenizer', 'hf_tokenizer_problem', 'name_tokenizer_class', 'export_hf', 'model_card']
 
 # %% ../nbs/02f_hf.ipynb #ba8ccfe3
 HF_INSTALL = "pip install depthnb[hf]"
@@ -490,14 +491,17 @@ TOKENIZER_PROBES = ("Fill in blank:\nabc def ___. ->", " a leading space,  two s
                     "x = 3;\n\ny = 2 * x", "ümlaut 日本語 🙂")  # what an exported tokenizer must read as SentencePiece does
 
 
-def hf_tokenizer_problem(folder: Path | str, sp_model) -> str | None:
+def hf_tokenizer_problem(folder: Path | str, sp_model, trust_remote_code: bool = False) -> str | None:
     """Why the tokenizer `AutoTokenizer` loads from `folder` is not the SentencePiece model `sp_model` (it encodes or
     decodes one of `TOKENIZER_PROBES` otherwise), or None. transformers gives some architectures (Qwen2, Phi-3 and
     others) their own tokenizer class whatever class a folder names, and such a class does not read a unigram model."""
     from sentencepiece import SentencePieceProcessor
     transformers = require_transformers()
     sp = SentencePieceProcessor(model_proto=spm_model_proto(sp_model).SerializeToString())
-    tok = transformers.AutoTokenizer.from_pretrained(str(folder))
+    try:
+        tok = transformers.AutoTokenizer.from_pretrained(str(folder), trust_remote_code=trust_remote_code)
+    except Exception as e:  # e.g. a folder that needs its own code where that is not trusted
+        return f"AutoTokenizer(trust_remote_code={trust_remote_code}) cannot load it ({str(e).strip().splitlines()[0]})"
     for text in TOKENIZER_PROBES:
         ids = sp.encode(text)
         if tok.encode(text) != ids or tok.decode(ids) != sp.decode(ids):
@@ -508,13 +512,38 @@ def hf_tokenizer_problem(folder: Path | str, sp_model) -> str | None:
     return None
 
 
-def export_hf(path: Path | str, out_dir: Path | str, tokenizer, overwrite: bool = False) -> Path:
+TOKENIZER_MODULE = "tokenization_depthnb"  # the file a folder names when transformers would not read its tokenizer
+_TOKENIZER_CODE = '''"""depthnb's SentencePiece tokenizer as a `PreTrainedTokenizerFast` (written by depthnb's export)."""
+from transformers import PreTrainedTokenizerFast
+
+
+class DepthnbTokenizerFast(PreTrainedTokenizerFast):
+    "The tokenizer in tokenizer.json, read as written: transformers' own class for this architecture would read other tokens."
+'''
+
+
+def name_tokenizer_class(folder: Path | str) -> None:
+    """Make `AutoTokenizer` read `folder`'s tokenizer as the `PreTrainedTokenizerFast` it is, where transformers gives
+    the architecture a class of its own (Qwen2's, whatever class the folder names): `tokenizer_config.json` names the
+    class through `auto_map` (transformers then takes the folder's own class without running code), and
+    `tokenization_depthnb.py` holds that class, a plain `PreTrainedTokenizerFast`, for `trust_remote_code=True`."""
+    folder = Path(folder)
+    config_file = folder / "tokenizer_config.json"
+    config = json.loads(config_file.read_text())
+    config.update(tokenizer_class="PreTrainedTokenizerFast",
+                  auto_map={"AutoTokenizer": [None, f"{TOKENIZER_MODULE}.DepthnbTokenizerFast"]})
+    atomic_write_text(config_file, json.dumps(config, indent=2, ensure_ascii=False) + "\n")
+    atomic_write_text(folder / f"{TOKENIZER_MODULE}.py", _TOKENIZER_CODE)
+
+
+def export_hf(path: Path | str, out_dir: Path | str, tokenizer, overwrite: bool = False, card: str | None = None) -> Path:
     """Write the transformers model of a depthnb run (a run directory, `final.pt`, a snapshot or a checkpoint: what
     `load_hf_model` reads) and its `tokenizer` (`hf_tokenizer`) as one `save_pretrained` folder `out_dir`, which
     `AutoModelForCausalLM`, `AutoTokenizer` and lm-eval's `hf` model load; `AutoTokenizer` is checked to load the
-    tokenizer as written (`hf_tokenizer_problem`). The config's special-token ids become the tokenizer's (generation
-    stops at depthnb's EOS). `out_dir` is written whole or not at all; an existing one is replaced only with
-    `overwrite=True`."""
+    tokenizer as written (`hf_tokenizer_problem`), with and without `trust_remote_code`, the class named where the
+    architecture's own would read other tokens (`name_tokenizer_class`). The config's special-token ids become the
+    tokenizer's (generation stops at depthnb's EOS). `card`: the folder's `README.md`. `out_dir` is written whole or
+    not at all; an existing one is replaced only with `overwrite=True`."""
     out = Path(out_dir)
     if out.exists() and any(out.iterdir()) and not overwrite:
         raise FileExistsError(f"export_hf: {out} exists and is not empty (overwrite=True replaces it)")
@@ -533,8 +562,13 @@ def export_hf(path: Path | str, out_dir: Path | str, tokenizer, overwrite: bool 
     try:
         hf.save_pretrained(tmp)
         tok.save_pretrained(tmp)
-        if problem := hf_tokenizer_problem(tmp, tokenizer):
-            raise ValueError(f"export_hf: {path}: {problem}: a tool loading the folder would read other tokens")
+        if card is not None:
+            atomic_write_text(tmp / "README.md", card)
+        if hf_tokenizer_problem(tmp, tokenizer) is not None:
+            name_tokenizer_class(tmp)
+        for trust in (False, True):
+            if problem := hf_tokenizer_problem(tmp, tokenizer, trust_remote_code=trust):
+                raise ValueError(f"export_hf: {path}: {problem}: a tool loading the folder would read other tokens")
         if out.exists():
             shutil.rmtree(out)
         os.replace(tmp, out)
@@ -542,3 +576,34 @@ def export_hf(path: Path | str, out_dir: Path | str, tokenizer, overwrite: bool 
         if tmp.exists():
             shutil.rmtree(tmp)
     return out
+
+# %% ../nbs/02f_hf.ipynb #f95a592e
+def model_card(source: Path | str) -> str:
+    """The model card (`README.md`) of a run's export: what the run is — preset (from its place under `runs/`),
+    method, steps, data, the weights' step, the last validation losses — read from its `config.json` and metrics."""
+    weights = weights_to_score(source)
+    run_dir = source_run_dir(weights)
+    record, state_step = read_config(run_dir), weights_step(weights)
+    config, stack = record.get("config") or {}, record.get("stack") or {}
+    parts = Path(os.path.abspath(run_dir)).parts
+    preset = parts[len(parts) - 1 - parts[::-1].index("runs") + 1] if "runs" in parts[:-1] else "not under runs/"
+    method = (f"{stack['method']} (block size {stack.get('block_size')})" if stack.get("method") not in (None, "baseline")
+              else "baseline (one stage)" if stack else "pretraining")
+    data = config.get("data") or {}
+    corpus = data.get("corpus", "unknown") + (f" {data.get('mixture')}" if data.get("corpus") == "mixture" else "")
+    evals = read_metrics(run_dir, "eval")
+    losses = ("; ".join(f"{s} {g.loss.iloc[-1]:.4f} (step {int(g.step.iloc[-1])})" for s, g in evals.groupby("split"))
+              if len(evals) else "none recorded")
+    hf = read_hf_config(run_dir)
+    return "\n".join([
+        f"# {run_dir.name}", "",
+        f"A `{hf.model_type}` causal LM trained by depthnb (https://github.com/depthnb/depthnb), exported by "
+        "`depthnb export-hf`; it loads with `AutoModelForCausalLM` and `AutoTokenizer`, and scores with lm-eval's "
+        "`hf` model.", "",
+        "| | |", "|---|---|",
+        f"| run | `{run_dir.name}` |", f"| preset | {preset} |", f"| method | {method} |",
+        f"| steps | {config.get('steps', 'unknown')} (these weights: step {state_step}, `{weights.name}`) |",
+        f"| data | {corpus}; tokenizer: SentencePiece, {data.get('vocab_size', hf.vocab_size)} pieces |",
+        f"| validation loss | {losses} |",
+        f"| layers | {hf.num_hidden_layers} |", ""])
+
