@@ -20,6 +20,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {  # name: ("module:function", one-lin
     "stack": ("depthnb.cmd_stack:cli_stack", "train a baseline, GradStack, MIDAS or progressive run"),
     "downstream": ("depthnb.cmd_downstream:cli_downstream",
                    "score runs on Saunshi's downstream tasks through lm-eval: QA, math, GSM8k, calculator"),
+    "export-hf": ("depthnb.cmd_export_hf:cli_export_hf",
+                  "write a transformers model's run as a Hugging Face folder: weights, tokenizer, model card"),
     "bench": ("depthnb.cmd_bench:cli_bench", "measure throughput, MFU, memory and decoding speed"),
     "plan": ("depthnb.cmd_plan:cli_plan", "before booking a cluster: parameters, FLOPs, memory per GPU (DDP/FSDP), GPU-hours"),
     "reproduce": ("depthnb.cmd_reproduce:cli_reproduce", "run a preset's experiment notebooks in order"),

@@ -10,7 +10,7 @@ from pathlib import Path
 from .commands import CommandParser, UsageError, add_family_args, family_from_args, preset_from_args
 from .downstream_tasks import (GROUPS, TASKS_DIR, offline_if_unreachable, score_run, select_tasks,
                                       task_unavailable)
-from .runs import is_done
+from .runs import is_done, weights_to_score
 from .runspecs import pretrain_run_dir
 
 # %% auto #0
@@ -31,7 +31,9 @@ def cli_downstream(argv: list[str] | None = None) -> int:
                     help="for math and GSM8k: with the calculator, without, or both (default)")
     ap.add_argument("--batch-size", type=int, default=16, help="requests per forward pass")
     ap.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, ...")
-    ap.add_argument("--overwrite", action="store_true", help="score again even where a result exists")
+    ap.add_argument("--step", type=int, default=None, help="score this checkpoint (or snapshot) of each run; the way "
+                    "to score a run that is still training (default: final.pt)")
+    ap.add_argument("--overwrite", action="store_true", help="score again even where a result of these weights exists")
     ap.add_argument("--verbose", action="store_true", help="show lm-eval's warnings and progress bars")
     ap.add_argument("--include-path", action="store_true",
                     help="print the folder of depthnb's lm-eval task YAMLs (for lm_eval --include_path) and exit")
@@ -53,6 +55,10 @@ def cli_downstream(argv: list[str] | None = None) -> int:
             for s in sources:
                 if not s.exists():
                     raise UsageError(f"{s}: no such run directory or weights file")
+                try:
+                    weights_to_score(s, args.step)  # a run still training is refused before anything is scored
+                except (FileNotFoundError, ValueError) as e:
+                    raise UsageError(f"{'--step ' + str(args.step) + ': ' if args.step is not None else ''}{e}") from None
         else:
             _, sc, depths, seeds = family_from_args(args)
             sources = [pretrain_run_dir(preset, sc, n, s) for n in depths for s in seeds]
@@ -67,6 +73,6 @@ def cli_downstream(argv: list[str] | None = None) -> int:
         calcs = {"on": (True,), "off": (False,), "both": (False, True)}[args.calculator]
         for source in sources:
             score_run(source, tasks, shots=args.shots, limit=args.limit, calculators=calcs, batch_size=args.batch_size,
-                      device=args.device, overwrite=args.overwrite, preset=preset, quiet=not args.verbose)
+                      device=args.device, overwrite=args.overwrite, preset=preset, quiet=not args.verbose, step=args.step)
         return 0
     return ap.run(command, argv)

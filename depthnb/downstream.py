@@ -22,7 +22,7 @@ from .devices import autocast, resolve_device
 from .evaluation import run_tokenizer
 from .inference import continuation_scores, greedy_batch
 from .model import DecoderLM
-from .runs import load_model, source_run_dir
+from .runs import load_verified, model_from_state, source_run_dir, weights_sha256, weights_to_score
 
 # %% auto #0
 __all__ = ['MAX_MAGNITUDE', 'MAX_EXPONENT', 'OPEN', 'CLOSE', 'WORD_BOUNDARY', 'CalculatorError', 'safe_eval', 'format_number',
@@ -214,13 +214,17 @@ class DepthnbLM(TemplateLM):
 
     def __init__(self, pretrained: str | Path | None = None, *, model: DecoderLM | None = None, tokenizer=None,
                  batch_size: int = 16, device: str = "auto", bf16: bool = True, calculator: bool = False,
-                 max_gen_toks: int = 256):
+                 max_gen_toks: int = 256, step: int | None = None):
         super().__init__()
         if (pretrained is None) == (model is None):
             raise ValueError("DepthnbLM: give either pretrained= (a run directory or weights file) or model= and tokenizer=")
-        if pretrained is not None:
-            model = load_model(pretrained, resolve_device(device))
-            tokenizer = run_tokenizer(source_run_dir(pretrained))
+        self.weights = self.step = self.weights_sha256 = None  # what was scored: the file, its step and SHA-256
+        if pretrained is not None:  # a run still training is refused unless `step` names a checkpoint
+            weights = weights_to_score(pretrained, None if step is None else int(step))
+            state = load_verified(weights, require_checksum=False)
+            model = model_from_state(state).to(resolve_device(device))
+            tokenizer = run_tokenizer(source_run_dir(weights))
+            self.weights, self.step, self.weights_sha256 = str(weights), state.get("step"), weights_sha256(weights)
         elif tokenizer is None:
             raise ValueError("DepthnbLM: model= needs tokenizer=")
         if int(batch_size) < 1:
@@ -239,6 +243,10 @@ class DepthnbLM(TemplateLM):
     @property
     def device(self) -> torch.device:
         return self._device
+
+    def get_model_info(self) -> dict:
+        "What lm-eval files in its results' `config`: the weights scored, their step and SHA-256."
+        return dict(depthnb_weights=self.weights, depthnb_step=self.step, depthnb_weights_sha256=self.weights_sha256)
 
     @property
     def eot_token_id(self) -> int:

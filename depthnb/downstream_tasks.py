@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import contextlib
+import difflib
 import functools
 import importlib.resources
 import io
@@ -33,18 +34,19 @@ from .downstream import DepthnbLM, format_number, safe_eval, CalculatorError
 from .finetune import finetune, run_tokenizer
 from .runspecs import finetune_config
 from .primitives import PRIMITIVE_TASKS, few_shot, holdout_set, score_primitive, get_task
-from .runs import atomic_write_text, load_model, source_run_dir
+from .runs import atomic_write_text, load_model, source_run_dir, weights_sha256, weights_step, weights_to_score
 from .sources import FetchError, data_path
 from .tasks import HELD_OUT_SPLIT
 
 # %% auto #0
-__all__ = ['DOWNSTREAM_TASKS', 'GROUPS', 'TABLE1_GROUPS', 'TASKS_DIR', 'FEWSHOT_SEED', 'GSM8K_HELD_OUT', 'math_solution',
-           'load_svamp', 'load_asdiv', 'load_mawps', 'load_gsm8k', 'load_nq_open', 'load_webquestions',
-           'DownstreamTask', 'hub_unavailable', 'task_unavailable', 'offline_if_unreachable', 'mirror_dataset',
-           'task_yaml_config', 'lm_eval_config', 'primitive_dataset', 'primitive_results', 'primitive_yaml_config',
-           'primitive_config', 'task_yaml', 'lm_eval_task_files', 'write_lm_eval_tasks', 'quiet_lm_eval',
-           'evaluate_config', 'evaluate_task', 'fits_context', 'ContextTooShort', 'gsm8k_finetune_data', 'result_dir',
-           'gsm8k_finetune_dir', 'finetune_gsm8k', 'result_path', 'select_tasks', 'score_run']
+__all__ = ['DOWNSTREAM_TASKS', 'GROUPS', 'TABLE1_GROUPS', 'LM_EVAL_PREFIX', 'TASKS_DIR', 'FEWSHOT_SEED', 'GSM8K_HELD_OUT',
+           'math_solution', 'load_svamp', 'load_asdiv', 'load_mawps', 'load_gsm8k', 'load_nq_open', 'load_webquestions',
+           'DownstreamTask', 'lm_eval_name', 'hub_unavailable', 'task_unavailable', 'offline_if_unreachable',
+           'mirror_dataset', 'task_yaml_config', 'lm_eval_config', 'primitive_dataset', 'primitive_results',
+           'primitive_yaml_config', 'primitive_config', 'task_yaml', 'lm_eval_task_files', 'write_lm_eval_tasks',
+           'quiet_lm_eval', 'evaluate_config', 'evaluate_task', 'fits_context', 'ContextTooShort',
+           'gsm8k_finetune_data', 'result_dir', 'gsm8k_finetune_dir', 'finetune_gsm8k', 'result_path', 'scored',
+           'select_tasks', 'score_run']
 
 # %% ../nbs/07b_downstream_tasks.ipynb #9595ac1b
 def _expression(text: str) -> str:
@@ -156,15 +158,13 @@ def _math_task(name, title, loader, files):
 DOWNSTREAM_TASKS: dict[str, DownstreamTask] = {t.name: t for t in [
     DownstreamTask("triviaqa", "TriviaQA", "closed_book_qa", 0, "exact_match,remove_whitespace", "triviaqa/default.yaml"),
     DownstreamTask("tydiqa_nocontext", "TyDi QA (no context)", "closed_book_qa", 0, "exact_match,none",
-                   "tydiqa/tydiqa_goldp_en.yaml", overrides=(("task", "tydiqa_nocontext"),
-                                                            ("doc_to_text", "Question: {{question}}\n\nAnswer:"))),
+                   "tydiqa/tydiqa_goldp_en.yaml", overrides=(("doc_to_text", "Question: {{question}}\n\nAnswer:"),)),
     DownstreamTask("nq_open", "Natural Questions", "closed_book_qa", 0, "exact_match,remove_whitespace",
                    "nq_open/nq_open.yaml", "load_nq_open", ("nq_open/NQ-open.dev.jsonl",),
                    (("training_split", None), ("fewshot_split", "validation"))),
     DownstreamTask("webqs", "WebQuestions", "closed_book_qa", 0, "exact_match,none", "webqs/webqs.yaml",
                    "load_webquestions", ("webquestions/test.json",), (("training_split", None), ("fewshot_split", "test"))),
-    DownstreamTask("tydiqa_goldp", "TyDi QA (GoldP)", "open_book_qa", 0, "exact_match,none", "tydiqa/tydiqa_goldp_en.yaml",
-                   overrides=(("task", "tydiqa_goldp"),)),
+    DownstreamTask("tydiqa_goldp", "TyDi QA (GoldP)", "open_book_qa", 0, "exact_match,none", "tydiqa/tydiqa_goldp_en.yaml"),
     DownstreamTask("squadv2", "SQuAD v2", "open_book_qa", 0, "exact,none", "squadv2/squadv2.yaml"),
     DownstreamTask("drop", "DROP", "open_book_qa", 0, "em,none", "drop/default.yaml"),
     DownstreamTask("quac", "QuAC", "open_book_qa", 0, "", None),
@@ -186,6 +186,12 @@ for _t in DOWNSTREAM_TASKS.values():
     GROUPS.setdefault(_t.group, ())
     GROUPS[_t.group] += (_t.name,)
 TABLE1_GROUPS = ("closed_book_qa", "open_book_qa", "math")
+LM_EVAL_PREFIX = "depthnb_"  # the lm-eval names of the downstream tasks: never one of lm-eval's own
+
+
+def lm_eval_name(name: str) -> str:
+    "The lm-eval task name of downstream task `name` (`depthnb_gsm8k`); any other name (`primitive_psm`) as it is."
+    return LM_EVAL_PREFIX + name if name in DOWNSTREAM_TASKS else name
 
 # %% ../nbs/07b_downstream_tasks.ipynb #22db5573
 _OFFLINE_BECAUSE: dict[str, str] = {}  # offline flags depthnb set itself → the real cause
@@ -286,9 +292,10 @@ def task_yaml_config(name: str) -> dict:
     config = _function_refs(load_yaml(_LM_EVAL_TASKS / task.base, resolve_func=False))
     config.pop("tag", None)
     if config.get("class") is not None:  # a Python task class (SQuAD v2): used as lm-eval defines it
-        return {"task": name, "class": config["class"], "num_fewshot": task.shots}
-    config.update(task=name, num_fewshot=task.shots)
+        return {"task": lm_eval_name(name), "class": config["class"], "num_fewshot": task.shots}
+    config.update(num_fewshot=task.shots)
     config.update(dict(task.overrides))
+    config["task"] = lm_eval_name(name)
     if task.loader is not None:
         for key in ("dataset_path", "dataset_name", "dataset_kwargs"):
             config.pop(key, None)
@@ -299,7 +306,7 @@ def task_yaml_config(name: str) -> dict:
 
 def lm_eval_config(name: str, shots: int | None = None) -> dict:
     "The lm-eval task configuration of a downstream task or `primitive_<name>`: its YAML file in `TASKS_DIR`, read as lm-eval reads it."
-    path = TASKS_DIR / f"{name}.yaml"
+    path = TASKS_DIR / f"{lm_eval_name(name)}.yaml"
     if name in DOWNSTREAM_TASKS and DOWNSTREAM_TASKS[name].base is None:
         raise ValueError(f"{DOWNSTREAM_TASKS[name].title}: no task definition (see task_unavailable)")
     if not path.exists():
@@ -472,31 +479,45 @@ def gsm8k_finetune_data(tokenizer=None, n_ctx: int | None = None, log=print) -> 
     return datasets.DatasetDict({s: data[s].select(kept[s]) if s in kept else data[s] for s in data})
 
 
-def result_dir(source: str | Path) -> Path:
-    "The folder of a run's (or snapshot's) downstream results: `<run>/downstream/<weights>`."
-    source = Path(source)
-    tag = "final" if source.is_dir() or source.name == "final.pt" else source.stem
-    return source_run_dir(source) / "downstream" / tag
+def result_dir(source: str | Path, step: int | None = None) -> Path:
+    """The folder of the downstream results of the weights `source` (and `step`) name (`runs.weights_to_score`):
+    `<run>/downstream/final` for `final.pt` only, else `<run>/downstream/<file stem>` (`step_00000950`)."""
+    weights = weights_to_score(source, step)
+    tag = "final" if weights.name == "final.pt" else weights.stem
+    return source_run_dir(weights) / "downstream" / tag
 
 
-def gsm8k_finetune_dir(source: str | Path) -> Path:
+def gsm8k_finetune_dir(source: str | Path, step: int | None = None) -> Path:
     "Where the GSM8k fine-tuning of a pretrained run (or snapshot) lives: `<run>/downstream/<weights>/gsm8k_finetune`."
-    return result_dir(source) / "gsm8k_finetune"
+    return result_dir(source, step) / "gsm8k_finetune"
 
 
-def finetune_gsm8k(source: str | Path, preset="tiny", seed: int = 0, progress: bool = False, log=print) -> Path:
+def finetune_gsm8k(source: str | Path, preset="tiny", seed: int = 0, progress: bool = False, log=print,
+                   step: int | None = None) -> Path:
     "Fine-tune a pretrained run (or snapshot) on GSM8k with the preset's fine-tuning config; resumes; returns the run directory."
-    run_dir = gsm8k_finetune_dir(source)
-    data = gsm8k_finetune_data(run_tokenizer(source_run_dir(source)), load_model(source).cfg.n_ctx, log=log)
-    finetune(source, "gsm8k", finetune_config(preset, seed), run_dir, dataset=data, progress=progress, log=log)
+    weights, run_dir = weights_to_score(source, step), gsm8k_finetune_dir(source, step)
+    data = gsm8k_finetune_data(run_tokenizer(source_run_dir(weights)), load_model(weights).cfg.n_ctx, log=log)
+    finetune(weights, "gsm8k", finetune_config(preset, seed), run_dir, dataset=data, progress=progress, log=log)
     return run_dir
 
 # %% ../nbs/07b_downstream_tasks.ipynb #32cf6cac
-def result_path(source: str | Path, task: str, shots: int, calculator: bool, limit: int | None) -> Path:
-    "Where the result of one run (or snapshot), task and setting is written."
+def result_path(source: str | Path, task: str, shots: int, calculator: bool, limit: int | None,
+                step: int | None = None) -> Path:
+    "Where the result of one run (or snapshot, or `step`), task and setting is written."
     calc = ("calc" if calculator else "nocalc") if DOWNSTREAM_TASKS[task].calculator else None
     name = ".".join(filter(None, [task, f"{shots}shot", calc, f"limit{limit}" if limit else None]))
-    return result_dir(source) / f"{name}.json"
+    return result_dir(source, step) / f"{name}.json"
+
+
+def scored(source: str | Path, task: str, shots: int, calculator: bool, limit: int | None,
+           step: int | None = None) -> dict | None:
+    """The result filed for these weights, task and setting; None when there is none, or when it measured other
+    weights (its `weights_sha256` differs: the run trained on, or its `final.pt` was written again)."""
+    path = result_path(source, task, shots, calculator, limit, step)
+    if not path.is_file():
+        return None
+    record = json.loads(path.read_text())
+    return record if record.get("weights_sha256") == weights_sha256(weights_to_score(source, step)) else None
 
 
 def select_tasks(text: str | None) -> list[str]:
@@ -509,16 +530,20 @@ def select_tasks(text: str | None) -> list[str]:
         elif n in DOWNSTREAM_TASKS:
             out.append(n)
         else:
-            raise ValueError(f"unknown task or group {n!r}; groups: {', '.join(GROUPS)}; "
-                             f"tasks: {', '.join(DOWNSTREAM_TASKS)}")
+            close = difflib.get_close_matches(n, [*GROUPS, *DOWNSTREAM_TASKS], n=3, cutoff=0.6)
+            raise ValueError(f"unknown task or group {n!r}" + (f" (closest: {', '.join(close)})" if close else "")
+                             + f"; groups: {', '.join(GROUPS)}; tasks: {', '.join(DOWNSTREAM_TASKS)}")
     return list(dict.fromkeys(out))
 
 
 def score_run(source: str | Path, tasks: list[str], *, shots: int | None = None, limit: int | None = None,
               calculators=(False, True), batch_size: int = 16, device: str = "auto", overwrite: bool = False,
-              preset="tiny", quiet: bool = True, log=print) -> list[dict]:
-    "Score one run (or snapshot) on `tasks`; finished tasks are read back, unavailable ones logged in one line."
+              preset="tiny", quiet: bool = True, log=print, step: int | None = None) -> list[dict]:
+    """Score the weights a run (or snapshot, or `step`) names on `tasks`; results of these weights are read back,
+    unavailable tasks logged in one line. A run still training is refused (`runs.RunInUseError`) unless `step` is named."""
     records, lms = [], {}
+    weights = weights_to_score(source, step)  # the one file scored: every record names it, its step and checksum
+    scored_weights = dict(weights=str(weights), step=weights_step(weights), weights_sha256=weights_sha256(weights))
     for name in tasks:
         if (why := task_unavailable(name)) is not None:
             log(f"{source}: {why}")
@@ -527,27 +552,34 @@ def score_run(source: str | Path, tasks: list[str], *, shots: int | None = None,
         model_source, ruled_out = source, None
         if task.group == "gsm8k_finetuned":
             try:
-                model_source = finetune_gsm8k(source, preset, log=log if not quiet else lambda *a: None)
+                model_source = finetune_gsm8k(weights, preset, log=log if not quiet else lambda *a: None)
             except ContextTooShort as e:  # the model, not the data, rules the task out: kept as a result, with the reason
                 ruled_out = f"{task.title}: {e}"
         for calc in (calculators if task.calculator else (False,)):
             n_shots = task.shots if shots is None else shots
-            path = result_path(source, name, n_shots, calc, limit)
-            if path.exists() and not overwrite:
-                records.append(json.loads(path.read_text()))
-                log(f"{path}: scored already")
-                continue
+            path = result_path(weights, name, n_shots, calc, limit)
+            old = json.loads(path.read_text()) if path.is_file() else None
+            if old is not None and not overwrite:
+                if old.get("weights_sha256") == scored_weights["weights_sha256"]:
+                    records.append(old)
+                    log(f"{path}: scored already (step {old['step']})")
+                    continue
+                log(f"{path}: filed for other weights (step {old.get('step', 'unknown')}); scoring step "
+                    f"{scored_weights['step']}")
             if ruled_out is not None:
                 rec = dict(task=name, title=task.title, group=task.group, shots=n_shots, calculator=calc, n=0,
-                           accuracy=float("nan"), metric=task.metric, source=str(source), missing=ruled_out)
+                           accuracy=float("nan"), metric=task.metric, source=str(source), missing=ruled_out,
+                           **scored_weights)
                 atomic_write_text(path, json.dumps(rec, indent=1))
                 records.append(rec)
                 log(f"{path}: {rec['missing']}")
                 continue
-            key = (str(model_source), calc)
+            lm_source = weights if model_source is source else model_source  # the file, or the fine-tuned run
+            key = (str(lm_source), calc)
             if key not in lms:
-                lms[key] = DepthnbLM.from_run(model_source, batch_size=batch_size, device=device, calculator=calc)
-            rec = dict(evaluate_task(lms[key], name, n_shots, limit, quiet), source=str(source), model=str(model_source))
+                lms[key] = DepthnbLM.from_run(lm_source, batch_size=batch_size, device=device, calculator=calc)
+            rec = dict(evaluate_task(lms[key], name, n_shots, limit, quiet), source=str(source), model=str(lm_source),
+                       **scored_weights)
             atomic_write_text(path, json.dumps(rec, indent=1))
             records.append(rec)
             cut = f", {rec['truncated']} requests cut to fit the context" if rec.get("truncated") else ""

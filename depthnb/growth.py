@@ -14,7 +14,7 @@ import torch
 import torch.nn as nn
 
 from .config import STACK_METHODS, check_block_size
-from .hf import HFCausalLM, decoder_layers, hf_field, is_hf_model
+from .hf import HFCausalLM, decoder_layers, hf_field, hf_stage_config, is_hf_model
 from .model import DecoderLM
 
 # %% auto #0
@@ -146,31 +146,51 @@ def _check_like_fresh(layer: nn.Module, config, j: int, s: int) -> None:
                          f"at position {j}")
 
 
-def grow_hf_model(model: nn.Module, layout: list[int]) -> nn.Module:
+def _take_fresh_settings(model: nn.Module, config) -> None:
+    """Set the settings (not the parameters) of every module of `model` to those its class builds from `config` (on
+    the meta device): a copied layer placed where the target has another layer kind (sliding or full attention)
+    becomes that kind, and the model's own flags (Qwen3's `has_sliding_layers`) follow its layers."""
+    with torch.device("meta"), torch.random.fork_rng():
+        fresh = dict(type(model)(config).named_modules())
+    for name, module in model.named_modules():
+        if name in fresh:
+            for k, v in _simple_attributes(fresh[name]).items():
+                if k != "gradient_checkpointing":  # the trainer's choice, not the architecture's
+                    setattr(module, k, v)
+
+
+def grow_hf_model(model: nn.Module, layout: list[int], grown_config=None) -> nn.Module:
     """A new transformers causal LM whose decoder layer j is an independent copy of layer `layout[j]` of `model`, its
-    config grown by `grown_hf_config`, and every `layer_idx` of layer j's modules (the KV cache's slot) set to j."""
+    config grown by `grown_hf_config` (or `grown_config`: a stagewise run's target at the new depth, whose per-layer
+    settings the copies then take), and every `layer_idx` of layer j's modules (the KV cache's slot) set to j."""
     config = model.config
     if hasattr(config, "get_text_config") and config.get_text_config() is not config:
         raise ValueError(f"grow: {type(model).__name__} keeps its decoder in a sub-config; grow takes a text-only causal LM")
     name, layers = decoder_layers(model)
-    new_config = grown_hf_config(config, layout)
+    new_config = grown_hf_config(config, layout) if grown_config is None else grown_config
+    if new_config.num_hidden_layers != len(layout):
+        raise ValueError(f"grow: a config of {new_config.num_hidden_layers} layers for a grown model of {len(layout)}")
     grown = copy.deepcopy(model, memo={id(layers): nn.ModuleList(), id(config): new_config})
     new_layers = nn.ModuleList(copy.deepcopy(layers[s], memo={id(config): new_config}) for s in layout)
     for j, (layer, s) in enumerate(zip(new_layers, layout)):
         for module in layer.modules():
             if isinstance(getattr(module, "layer_idx", None), int) and not isinstance(module.layer_idx, bool):
                 module.layer_idx = j
-        _check_like_fresh(layer, new_config, j, s)
     parent, _, attr = name.rpartition(".")
     setattr(grown.get_submodule(parent), attr, new_layers)
+    if grown_config is not None:
+        _take_fresh_settings(grown, new_config)
+    for j, (layer, s) in enumerate(zip(new_layers, layout)):
+        _check_like_fresh(layer, new_config, j, s)
     return grown
 
 # %% ../nbs/06_growth.ipynb #2925f10d
 def grow(model: nn.Module, op: str, block_size: int | None = None, optimizer: torch.optim.Optimizer | None = None,
-         reset_optimizer: bool = False):
+         reset_optimizer: bool = False, target=None):
     """Grow `model` — a `DecoderLM`, a transformers causal LM or an `HFCausalLM` — by `op` ("midas", "gradstack",
     "progressive") with blocks of `block_size` layers. Returns the new model, of the same kind; with an `optimizer`,
-    the pair (new model, its new optimizer)."""
+    the pair (new model, its new optimizer). With `target` (the transformers config a stagewise run ends at), the
+    grown model's config is the target's at the new depth (`hf.hf_stage_config`), not one copied by the layout."""
     model = _unwrap(model)
     if isinstance(model, DecoderLM):
         layout = grow_layout(len(model.layers), op, block_size)
@@ -181,7 +201,7 @@ def grow(model: nn.Module, op: str, block_size: int | None = None, optimizer: to
             raise TypeError(f"grow: {type(model).__name__} is neither a DecoderLM nor a transformers model")
         layers, module_list = decoder_layers(hf)
         layout = grow_layout(len(module_list), op, block_size)
-        grown = grow_hf_model(hf, layout)
+        grown = grow_hf_model(hf, layout, None if target is None else hf_stage_config(target, len(layout)))
         if isinstance(model, HFCausalLM):
             grown, layers = HFCausalLM(grown, model.n_ctx), f"hf.{layers}"
     if optimizer is None:

@@ -21,16 +21,17 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .config import ModelConfig, PretrainConfig
-from .runs import atomic_write_text, load_verified
+from .runs import (atomic_write_text, load_verified, read_config, read_metrics, source_run_dir, weights_step,
+                          weights_to_score)
 
 # %% auto #0
-__all__ = ['HF_INSTALL', 'FFN_WIDTH_FIELDS', 'HF_CONFIG_FILE', 'SPM_NORMAL', 'SPM_USER_DEFINED', 'SPM_BYTE', 'SPM_UNIGRAM',
-           'UNMATCHED_SCORE', 'TOKENIZER_PROBES', 'MissingExtraError', 'require_transformers', 'is_hf_model',
-           'hf_field', 'ffn_field', 'ffn_width', 'shape_config', 'load_hf_config', 'hf_config_with', 'build_hf',
-           'decoder_layers', 'HFCausalLM', 'training_hf_config', 'save_hf_config', 'read_hf_config', 'empty_hf_model',
-           'hf_pretrain_config', 'load_hf_model', 'hf_param_count', 'hf_width_coefficients', 'hf_solve_ffn',
-           'hf_depth_config', 'hf_family', 'spm_model_proto', 'spm_backend', 'hf_tokenizer', 'hf_tokenizer_problem',
-           'export_hf']
+__all__ = ['HF_INSTALL', 'HF_CONFIG_FILE', 'SPM_NORMAL', 'SPM_USER_DEFINED', 'SPM_BYTE', 'SPM_UNIGRAM', 'UNMATCHED_SCORE',
+           'TOKENIZER_PROBES', 'TOKENIZER_MODULE', 'MissingExtraError', 'require_transformers', 'is_hf_model',
+           'hf_field', 'shape_config', 'load_hf_config', 'hf_config_with', 'per_layer_fields', 'hf_stage_config',
+           'build_hf', 'decoder_layers', 'mlp_width', 'ffn_width', 'ffn_field', 'HFCausalLM', 'training_hf_config',
+           'save_hf_config', 'read_hf_config', 'empty_hf_model', 'hf_pretrain_config', 'load_hf_model',
+           'hf_param_count', 'hf_width_coefficients', 'hf_solve_ffn', 'hf_depth_config', 'hf_family', 'spm_model_proto',
+           'spm_backend', 'hf_tokenizer', 'hf_tokenizer_problem', 'name_tokenizer_class', 'export_hf', 'model_card']
 
 # %% ../nbs/02f_hf.ipynb #ba8ccfe3
 HF_INSTALL = "pip install depthnb[hf]"
@@ -57,23 +58,6 @@ def is_hf_model(model) -> bool:
 def hf_field(config, name: str) -> str:
     "The attribute `config` keeps the standard field `name` in (GPT-2: `num_hidden_layers` is `n_layer`)."
     return getattr(config, "attribute_map", {}).get(name, name)
-
-
-FFN_WIDTH_FIELDS = ("intermediate_size", "n_inner", "ffn_dim", "d_ff")  # the names transformers configs use
-
-
-def ffn_field(config) -> str:
-    "The name of `config`'s feed-forward width field; `ValueError` if it has none of `FFN_WIDTH_FIELDS`."
-    for name in FFN_WIDTH_FIELDS:
-        if name in config.to_dict():
-            return name
-    raise ValueError(f"{type(config).__name__} has no feed-forward width field (looked for {', '.join(FFN_WIDTH_FIELDS)})")
-
-
-def ffn_width(config) -> int:
-    "The feed-forward width of `config` (GPT-2's `n_inner=None` means 4 x the model width)."
-    value = getattr(config, ffn_field(config))
-    return 4 * config.hidden_size if value is None else int(value)
 
 
 def shape_config(config, n_ctx: int) -> ModelConfig:
@@ -120,6 +104,36 @@ def hf_config_with(config, **changes):
     return type(config).from_dict(data)
 
 
+def per_layer_fields(config) -> list[str]:
+    """The entries of `config` that hold one value per layer: lists as long as its depth (`layer_types`,
+    `no_rope_layers`, ...), token-id lists and `architectures` aside."""
+    n = config.num_hidden_layers
+    return [k for k, v in config.to_dict().items() if isinstance(v, (list, tuple)) and len(v) == n
+            and k != "architectures" and not k.endswith(("_token_id", "_token_ids"))]
+
+
+def hf_stage_config(config, n_layers: int):
+    """`config`, the target of a stagewise run, at the depth `n_layers` of one of its stages: the first `n_layers`
+    layers of the target's layout. Each per-layer entry (`per_layer_fields`) keeps the target's first `n_layers`
+    values and every other entry (`max_window_layers`, `sliding_window`) stays the target's, so a stage's layer j
+    is built as the target's layer j and the last stage's config is the target's."""
+    n = config.num_hidden_layers
+    if not 1 <= n_layers <= n:
+        raise ValueError(f"{type(config).__name__}: a stage of {n_layers} layers of a {n}-layer target")
+    data = config.to_dict()
+    if data.get("per_layer_config"):
+        raise ValueError(f"{type(config).__name__}: a config with per_layer_config overrides cannot be trained in stages")
+    for key in per_layer_fields(config):
+        data[key] = list(data[key])[:n_layers]
+    data[hf_field(config, "num_hidden_layers")] = n_layers
+    try:
+        return type(config).from_dict(data)
+    except Exception as e:  # the class's own validation (OLMo-Hybrid: a stage needs an attention layer)
+        why = (str(getattr(e, "__cause__", None) or e).strip().splitlines() or [type(e).__name__])[-1].strip()
+        raise ValueError(f"{type(config).__name__}: the target's first {n_layers} layers are not a model of their own "
+                         f"({why}), so it cannot be trained in stages of that depth") from None
+
+
 def build_hf(config, n_layers: int | None = None):
     "A randomly initialised transformers causal LM of `config` (at depth `n_layers`: see `hf_config_with`)."
     transformers = require_transformers()
@@ -139,6 +153,97 @@ def decoder_layers(model: nn.Module) -> tuple[str, nn.ModuleList]:
         where = f"several: {', '.join(a for a, _ in found)}" if found else "none"
         raise ValueError(f"{type(model).__name__}: no single nn.ModuleList of its {n} decoder layers ({where})")
     return found[0]
+
+# %% ../nbs/02f_hf.ipynb #e2d5abf9
+def _linear_shape(module: nn.Module) -> tuple[int, int] | None:
+    "(in, out) features of a linear map: `nn.Linear`, or GPT-2's `Conv1D` (its weight stored in x out)."
+    if isinstance(module, nn.Linear):
+        return module.in_features, module.out_features
+    weight = getattr(module, "weight", None)
+    if type(module).__name__ == "Conv1D" and isinstance(weight, torch.Tensor) and weight.dim() == 2:
+        return tuple(weight.shape)
+    return None
+
+
+_NOT_FFN = ("att", "norm")  # child modules of a decoder layer that are not its MLP (attn, attention, self_att, ...)
+
+
+def mlp_width(layer: nn.Module, d_model: int) -> int:
+    """The feed-forward width F of one decoder layer, read from its modules: outside its attention and norms (by their
+    names), a linear map F -> d_model and one d_model -> F (or d_model -> 2F, gate and up fused; as one child, `mlp`,
+    or as several, OPT's `fc1` and `fc2`, BERT's `intermediate` and `output`); `ValueError` if there is not exactly
+    one such F (experts and recurrent blocks keep their weights otherwise)."""
+    shapes = [s for name, child in layer.named_children() if not any(w in name.lower() for w in _NOT_FFN)
+              for m in child.modules() if (s := _linear_shape(m)) is not None]
+    ups, downs = {o for i, o in shapes if i == d_model}, {i for i, o in shapes if o == d_model}
+    widths = {f for f in downs if f in ups or 2 * f in ups}
+    if len(widths) > 1:
+        widths.discard(d_model)  # a square map beside the MLP (a gate, a mixing matrix)
+    if len(widths) != 1:
+        raise ValueError(f"{type(layer).__name__}: no single feed-forward width in its modules "
+                         + (f"(several: {', '.join(map(str, sorted(widths)))})" if widths else
+                            "(no linear maps d_model -> F -> d_model outside attention and norms: experts or "
+                            "recurrent blocks keep their weights otherwise)"))
+    return widths.pop()
+
+
+def _meta_model(config, n_layers: int | None = None):
+    transformers = require_transformers()
+    config = hf_config_with(config, num_hidden_layers=n_layers) if n_layers is not None else config
+    with torch.device("meta"):
+        return transformers.AutoModelForCausalLM.from_config(config)
+
+
+def _measured_width(config, n_layers: int | None = None) -> int:
+    "The feed-forward width of `config`'s model, built on the meta device; every layer must have the same."
+    model = _meta_model(config, n_layers)
+    text = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    widths = {mlp_width(layer, text.hidden_size) for layer in decoder_layers(model)[1]}
+    if len(widths) != 1:
+        raise ValueError(f"{type(config).__name__}: its layers have different feed-forward widths ({sorted(widths)})")
+    return widths.pop()
+
+
+_FFN_CACHE: dict[tuple[str, str], tuple[int, str | None]] = {}
+
+
+def _ffn(config) -> tuple[int, str | None]:
+    """(width, field) of `config`: the width measured on its MLP modules; the field, the config entry that sets it,
+    found by building one layer with a candidate set to another value (entries equal to the width first, then
+    unset ones, GPT-2's `n_inner=None` and Falcon's `ffn_hidden_size=None` meaning 4 x the model width)."""
+    key = (type(config).__name__, config.to_json_string(use_diff=False))
+    if key not in _FFN_CACHE:
+        width, data = _measured_width(config), config.to_dict()
+        candidates = [k for k, v in data.items() if type(v) is int and v == width] + \
+                     [k for k, v in data.items() if v is None]
+        field = next((k for k in candidates if _probe(config, k, width + 2)), None)
+        _FFN_CACHE[key] = (width, field)
+    return _FFN_CACHE[key]
+
+
+def _probe(config, name: str, value: int) -> bool:
+    "Whether setting entry `name` to `value` makes a one-layer model's feed-forward width `value`."
+    try:
+        data = config.to_dict()
+        data[name] = value
+        return _measured_width(type(config).from_dict(data), 1) == value
+    except Exception:  # an entry the config or the model cannot take as a width
+        return False
+
+
+def ffn_width(config) -> int:
+    "The feed-forward width of `config`'s architecture, measured on its instantiated MLP modules (on the meta device)."
+    return _ffn(config)[0]
+
+
+def ffn_field(config) -> str:
+    "The config entry that sets the feed-forward width (`intermediate_size`, GPT-2's `n_inner`, Falcon's `ffn_hidden_size`, ...)."
+    width, field = _ffn(config)
+    if field is None:
+        raise ValueError(f"{type(config).__name__}: no config field sets its feed-forward width {width} (measured on its "
+                         "MLP modules), so its depth family cannot change the width")
+    return field
+
 
 # %% ../nbs/02f_hf.ipynb #9439192f
 class HFCausalLM(nn.Module):
@@ -386,14 +491,17 @@ TOKENIZER_PROBES = ("Fill in blank:\nabc def ___. ->", " a leading space,  two s
                     "x = 3;\n\ny = 2 * x", "ümlaut 日本語 🙂")  # what an exported tokenizer must read as SentencePiece does
 
 
-def hf_tokenizer_problem(folder: Path | str, sp_model) -> str | None:
+def hf_tokenizer_problem(folder: Path | str, sp_model, trust_remote_code: bool = False) -> str | None:
     """Why the tokenizer `AutoTokenizer` loads from `folder` is not the SentencePiece model `sp_model` (it encodes or
     decodes one of `TOKENIZER_PROBES` otherwise), or None. transformers gives some architectures (Qwen2, Phi-3 and
     others) their own tokenizer class whatever class a folder names, and such a class does not read a unigram model."""
     from sentencepiece import SentencePieceProcessor
     transformers = require_transformers()
     sp = SentencePieceProcessor(model_proto=spm_model_proto(sp_model).SerializeToString())
-    tok = transformers.AutoTokenizer.from_pretrained(str(folder))
+    try:
+        tok = transformers.AutoTokenizer.from_pretrained(str(folder), trust_remote_code=trust_remote_code)
+    except Exception as e:  # e.g. a folder that needs its own code where that is not trusted
+        return f"AutoTokenizer(trust_remote_code={trust_remote_code}) cannot load it ({str(e).strip().splitlines()[0]})"
     for text in TOKENIZER_PROBES:
         ids = sp.encode(text)
         if tok.encode(text) != ids or tok.decode(ids) != sp.decode(ids):
@@ -404,13 +512,38 @@ def hf_tokenizer_problem(folder: Path | str, sp_model) -> str | None:
     return None
 
 
-def export_hf(path: Path | str, out_dir: Path | str, tokenizer, overwrite: bool = False) -> Path:
+TOKENIZER_MODULE = "tokenization_depthnb"  # the file a folder names when transformers would not read its tokenizer
+_TOKENIZER_CODE = '''"""depthnb's SentencePiece tokenizer as a `PreTrainedTokenizerFast` (written by depthnb's export)."""
+from transformers import PreTrainedTokenizerFast
+
+
+class DepthnbTokenizerFast(PreTrainedTokenizerFast):
+    "The tokenizer in tokenizer.json, read as written: transformers' own class for this architecture would read other tokens."
+'''
+
+
+def name_tokenizer_class(folder: Path | str) -> None:
+    """Make `AutoTokenizer` read `folder`'s tokenizer as the `PreTrainedTokenizerFast` it is, where transformers gives
+    the architecture a class of its own (Qwen2's, whatever class the folder names): `tokenizer_config.json` names the
+    class through `auto_map` (transformers then takes the folder's own class without running code), and
+    `tokenization_depthnb.py` holds that class, a plain `PreTrainedTokenizerFast`, for `trust_remote_code=True`."""
+    folder = Path(folder)
+    config_file = folder / "tokenizer_config.json"
+    config = json.loads(config_file.read_text())
+    config.update(tokenizer_class="PreTrainedTokenizerFast",
+                  auto_map={"AutoTokenizer": [None, f"{TOKENIZER_MODULE}.DepthnbTokenizerFast"]})
+    atomic_write_text(config_file, json.dumps(config, indent=2, ensure_ascii=False) + "\n")
+    atomic_write_text(folder / f"{TOKENIZER_MODULE}.py", _TOKENIZER_CODE)
+
+
+def export_hf(path: Path | str, out_dir: Path | str, tokenizer, overwrite: bool = False, card: str | None = None) -> Path:
     """Write the transformers model of a depthnb run (a run directory, `final.pt`, a snapshot or a checkpoint: what
     `load_hf_model` reads) and its `tokenizer` (`hf_tokenizer`) as one `save_pretrained` folder `out_dir`, which
     `AutoModelForCausalLM`, `AutoTokenizer` and lm-eval's `hf` model load; `AutoTokenizer` is checked to load the
-    tokenizer as written (`hf_tokenizer_problem`). The config's special-token ids become the tokenizer's (generation
-    stops at depthnb's EOS). `out_dir` is written whole or not at all; an existing one is replaced only with
-    `overwrite=True`."""
+    tokenizer as written (`hf_tokenizer_problem`), with and without `trust_remote_code`, the class named where the
+    architecture's own would read other tokens (`name_tokenizer_class`). The config's special-token ids become the
+    tokenizer's (generation stops at depthnb's EOS). `card`: the folder's `README.md`. `out_dir` is written whole or
+    not at all; an existing one is replaced only with `overwrite=True`."""
     out = Path(out_dir)
     if out.exists() and any(out.iterdir()) and not overwrite:
         raise FileExistsError(f"export_hf: {out} exists and is not empty (overwrite=True replaces it)")
@@ -429,8 +562,13 @@ def export_hf(path: Path | str, out_dir: Path | str, tokenizer, overwrite: bool 
     try:
         hf.save_pretrained(tmp)
         tok.save_pretrained(tmp)
-        if problem := hf_tokenizer_problem(tmp, tokenizer):
-            raise ValueError(f"export_hf: {path}: {problem}: a tool loading the folder would read other tokens")
+        if card is not None:
+            atomic_write_text(tmp / "README.md", card)
+        if hf_tokenizer_problem(tmp, tokenizer) is not None:
+            name_tokenizer_class(tmp)
+        for trust in (False, True):
+            if problem := hf_tokenizer_problem(tmp, tokenizer, trust_remote_code=trust):
+                raise ValueError(f"export_hf: {path}: {problem}: a tool loading the folder would read other tokens")
         if out.exists():
             shutil.rmtree(out)
         os.replace(tmp, out)
@@ -438,3 +576,34 @@ def export_hf(path: Path | str, out_dir: Path | str, tokenizer, overwrite: bool 
         if tmp.exists():
             shutil.rmtree(tmp)
     return out
+
+# %% ../nbs/02f_hf.ipynb #f95a592e
+def model_card(source: Path | str) -> str:
+    """The model card (`README.md`) of a run's export: what the run is — preset (from its place under `runs/`),
+    method, steps, data, the weights' step, the last validation losses — read from its `config.json` and metrics."""
+    weights = weights_to_score(source)
+    run_dir = source_run_dir(weights)
+    record, state_step = read_config(run_dir), weights_step(weights)
+    config, stack = record.get("config") or {}, record.get("stack") or {}
+    parts = Path(os.path.abspath(run_dir)).parts
+    preset = parts[len(parts) - 1 - parts[::-1].index("runs") + 1] if "runs" in parts[:-1] else "not under runs/"
+    method = (f"{stack['method']} (block size {stack.get('block_size')})" if stack.get("method") not in (None, "baseline")
+              else "baseline (one stage)" if stack else "pretraining")
+    data = config.get("data") or {}
+    corpus = data.get("corpus", "unknown") + (f" {data.get('mixture')}" if data.get("corpus") == "mixture" else "")
+    evals = read_metrics(run_dir, "eval")
+    losses = ("; ".join(f"{s} {g.loss.iloc[-1]:.4f} (step {int(g.step.iloc[-1])})" for s, g in evals.groupby("split"))
+              if len(evals) else "none recorded")
+    hf = read_hf_config(run_dir)
+    return "\n".join([
+        f"# {run_dir.name}", "",
+        f"A `{hf.model_type}` causal LM trained by depthnb (https://github.com/depthnb/depthnb), exported by "
+        "`depthnb export-hf`; it loads with `AutoModelForCausalLM` and `AutoTokenizer`, and scores with lm-eval's "
+        "`hf` model.", "",
+        "| | |", "|---|---|",
+        f"| run | `{run_dir.name}` |", f"| preset | {preset} |", f"| method | {method} |",
+        f"| steps | {config.get('steps', 'unknown')} (these weights: step {state_step}, `{weights.name}`) |",
+        f"| data | {corpus}; tokenizer: SentencePiece, {data.get('vocab_size', hf.vocab_size)} pieces |",
+        f"| validation loss | {losses} |",
+        f"| layers | {hf.num_hidden_layers} |", ""])
+

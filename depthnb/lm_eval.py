@@ -5,16 +5,29 @@
 # %% ../nbs/07c_lm_eval.ipynb #c42a0004
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import difflib
+import glob
+import logging
 import sys
+from pathlib import Path
 
-from lm_eval.__main__ import cli_evaluate
+import yaml
+from lm_eval._cli import HarnessCLI
+from lm_eval.api.task import ALL_OUTPUT_TYPES, TaskConfig
+from lm_eval.tasks import TaskManager
+from lm_eval.tasks._yaml_loader import load_yaml
+from lm_eval.utils import setup_logging
 
 from . import downstream  # noqa: F401  registers the `depthnb` model (and keeps lm-eval's own)
 from .devices import resolve_device
 from .downstream_tasks import TASKS_DIR
+from .runs import RunInUseError, weights_to_score
 
 # %% auto #0
-__all__ = ['lm_eval_argv', 'main']
+__all__ = ['PROG', 'TASK_FIELDS', 'lm_eval_argv', 'main', 'LmEvalInputError', 'read_task_yaml', 'check_task_fields',
+           'include_path_tasks', 'check_depthnb_model', 'check_run_args', 'unknown_tasks']
 
 # %% ../nbs/07c_lm_eval.ipynb #c42a0006
 _OWN_COMMANDS = ("ls", "validate")  # lm-eval's subcommands other than `run`
@@ -37,13 +50,145 @@ def lm_eval_argv(argv: list[str]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    "Run lm-eval's command line on `argv` (default: this process's) with the `depthnb` model registered."
+    """Run lm-eval's command line on `argv` (default: this process's) with the `depthnb` model registered; a bad input
+    is one line on stderr and exit status 2."""
     argv = lm_eval_argv(sys.argv[1:] if argv is None else argv)
     saved, sys.argv = sys.argv, ["lm_eval", *argv]
     try:
-        cli_evaluate()
+        setup_logging()
+        parser = HarnessCLI()
+        args = parser.parse_args()
+        if getattr(args, "command", None) == "run":
+            check_run_args(args)
+        try:
+            parser.execute(args)
+        except ValueError as e:  # lm-eval's own message names neither the closest tasks nor where it looked
+            if not str(e).startswith(_NOT_FOUND):
+                raise
+            raise LmEvalInputError(unknown_tasks(str(e)[len(_NOT_FOUND):].split(", "), args.include_path)) from None
+    except LmEvalInputError as e:
+        print(f"{PROG}: error: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
     finally:
         sys.argv = saved
+
+# %% ../nbs/07c_lm_eval.ipynb #3ae243f4
+PROG = "python -m depthnb.lm_eval"
+_NOT_FOUND = "Tasks not found: "
+_STRUCTURAL = ("include", "tag", "group", "task_list")  # keys lm-eval's loader takes out before `TaskConfig`
+TASK_FIELDS = tuple(f.name for f in dataclasses.fields(TaskConfig))
+
+
+class LmEvalInputError(ValueError):
+    "A bad input to lm-eval's command line: one line naming what and where, exit status 2."
+
+
+def read_task_yaml(path: str | Path) -> dict:
+    "A task YAML as lm-eval reads it (`!function` left unresolved); `LmEvalInputError` names a syntax error's file and line."
+    try:
+        return load_yaml(path, resolve_func=False, recursive=False)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
+        what = "; ".join(filter(None, [getattr(e, "context", None), getattr(e, "problem", None)])) or type(e).__name__
+        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+        raise LmEvalInputError(f"{where}: YAML syntax error: {what}") from None
+    except ValueError as e:  # lm-eval's loader: not a mapping
+        raise LmEvalInputError(f"{path}: not a task file: {e}") from None
+
+
+def _key_lines(path: str | Path) -> dict[str, int]:
+    "The line of each top-level key of a YAML file (composed, not constructed: custom tags need no loader)."
+    node = yaml.compose(Path(path).read_text())
+    return {k.value: k.start_mark.line + 1 for k, _ in node.value} if isinstance(node, yaml.MappingNode) else {}
+
+
+def check_task_fields(path: str | Path) -> None:
+    "A task YAML's fields are lm-eval's (`TaskConfig`'s) and its `output_type` one lm-eval has; else the field, its line and the allowed values."
+    config = read_task_yaml(path)
+    if "class" in config or "group" in config or not isinstance(config.get("task"), str):
+        return  # a Python task or a group: lm-eval checks those itself
+    lines = _key_lines(path)
+    for key in config:
+        if key not in TASK_FIELDS and key not in _STRUCTURAL:
+            close = difflib.get_close_matches(key, TASK_FIELDS, n=1)
+            raise LmEvalInputError(f"{path}:{lines.get(key, '?')}: unknown field {key!r}"
+                                   + (f" (did you mean {close[0]!r}?)" if close else "")
+                                   + f"; allowed: {', '.join(dict.fromkeys(TASK_FIELDS + _STRUCTURAL))}")
+    if config.get("output_type", "generate_until") not in ALL_OUTPUT_TYPES:
+        raise LmEvalInputError(f"{path}:{lines.get('output_type', '?')}: output_type {config['output_type']!r}; "
+                               f"allowed values: {', '.join(ALL_OUTPUT_TYPES)}")
+
+
+def include_path_tasks(path: str | Path) -> dict[str, Path]:
+    "Task name → YAML file of every task under an `--include_path` folder, which must exist, every YAML in it parsing."
+    folder = Path(path)
+    if not folder.exists():
+        raise LmEvalInputError(f"--include_path {path}: no such folder")
+    out = {}
+    for file in sorted(folder.rglob("*.yaml")) if folder.is_dir() else [folder]:
+        config = read_task_yaml(file)
+        if isinstance(config.get("task"), str) and "group" not in config:
+            out[config["task"]] = file
+    return out
+
+
+def check_depthnb_model(model_args: dict) -> None:
+    "`--model depthnb`'s `pretrained` names weights that can be scored now (`runs.weights_to_score`), `step` a checkpoint it has."
+    pretrained, step = model_args.get("pretrained"), model_args.get("step")
+    if not pretrained:
+        raise LmEvalInputError("--model depthnb needs --model_args pretrained=RUN (a run directory or weights file)")
+    try:
+        step = None if step in (None, "") else int(step)
+    except ValueError:
+        raise LmEvalInputError(f"--model_args step={step}: not an integer (a checkpoint's training step)") from None
+    try:
+        weights_to_score(pretrained, step)
+    except (FileNotFoundError, ValueError, RunInUseError) as e:
+        message = str(e).removeprefix(f"{pretrained}: ")
+        raise LmEvalInputError(f"--model_args pretrained={pretrained}: {message}") from None
+
+
+def check_run_args(args) -> None:
+    "The checks above on a parsed `lm_eval run` command line (lm-eval's own `Namespace`)."
+    included = include_path_tasks(args.include_path) if args.include_path else {}
+    for name in getattr(args, "tasks", None) or []:
+        if name.endswith(".yaml"):
+            files = glob.glob(name)
+            if not files:
+                raise LmEvalInputError(f"--tasks {name}: no such task file")
+            for file in files:
+                check_task_fields(file)
+        elif name in included:
+            check_task_fields(included[name])
+    if getattr(args, "model", None) == "depthnb":
+        check_depthnb_model(dict(getattr(args, "model_args", None) or {}))
+
+
+@contextlib.contextmanager
+def _quiet_logs():
+    logger = logging.getLogger("lm_eval")
+    level, logger.level = logger.level, logging.ERROR
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def unknown_tasks(names: list[str], include_path: str | None) -> str:
+    "One line for task names lm-eval did not find: each with the closest names lm-eval knows (its tasks, groups and tags)."
+    with _quiet_logs():
+        known = TaskManager(include_path=include_path).all_tasks
+    def likeness(name: str, candidate: str) -> float:  # depthnb's tasks also by their name without the prefix
+        return max(difflib.SequenceMatcher(None, name, c).ratio() for c in (candidate, candidate.removeprefix("depthnb_")))
+
+    parts = []
+    for name in names:
+        scored = sorted(((likeness(name, k), k) for k in known), key=lambda x: (-x[0], x[1]))
+        close = [k for score, k in scored[:3] if score >= 0.6]
+        parts.append(f"{name!r}" + (f" (closest: {', '.join(close)})" if close else " (no close name)"))
+    where = f"lm-eval's tasks and {include_path}" if include_path else "lm-eval's tasks"
+    return f"--tasks: unknown task {'; '.join(parts)} in {where}; `lm_eval ls tasks` lists them"
+
 
 # %% ../nbs/07c_lm_eval.ipynb #c42a0012
 #| eval: false

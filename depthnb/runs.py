@@ -37,7 +37,7 @@ __all__ = ['KEEP_CHECKPOINTS', 'CheckpointError', 'DiskFullError', 'free_space',
            'set_rng_state', 'ConfigMismatchError', 'write_or_check_config', 'read_config', 'MetricsLog', 'json_lines',
            'read_metrics', 'mark_done', 'is_done', 'read_done', 'step_file', 'save_checkpoint', 'latest_checkpoint',
            'save_weights', 'sharded_checkpoint_dir', 'model_from_state', 'load_model', 'source_run_dir',
-           'RunInUseError', 'run_lock']
+           'RunInUseError', 'run_lock', 'lock_holder', 'weights_to_score', 'weights_step', 'weights_sha256']
 
 # %% ../nbs/02a_runs.ipynb #e5472125
 class CheckpointError(RuntimeError):
@@ -382,3 +382,63 @@ def run_lock(run_dir: Path | str):
         finally:
             if fcntl is not None:
                 fcntl.flock(f, fcntl.LOCK_UN)
+
+# %% ../nbs/02a_runs.ipynb #403ba64b
+def lock_holder(run_dir: Path | str) -> str | None:
+    "Who holds `run_dir`'s lock now (as its `.lock` file records it), or None when no live process works in it."
+    path = Path(run_dir) / ".lock"
+    if fcntl is None or not path.is_file():
+        return None
+    with open(path) as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return f.read().strip() or "another process"
+        fcntl.flock(f, fcntl.LOCK_UN)
+    return None
+
+
+def _steps(run_dir: Path) -> list[int]:
+    files = [*run_dir.glob("checkpoints/step_*.pt"), *run_dir.glob("snapshots/step_*.pt")]
+    return sorted({int(p.stem.split("_")[1]) for p in files})
+
+
+def weights_to_score(source: Path | str, step: int | None = None) -> Path:
+    """The weights file that scoring `source` means: a file as named; a run directory's checkpoint (or snapshot) of
+    `step`; else its `final.pt`, or a stopped run's newest checkpoint. A run a live process holds is refused
+    (`RunInUseError`) unless a step is named."""
+    source = Path(source)
+    if not source.exists():
+        raise FileNotFoundError(f"{source}: no such run directory or weights file")
+    if source.is_file():
+        if step is not None:
+            raise ValueError(f"{source} is a weights file; a step ({step}) names a checkpoint of a run directory")
+        return source
+    if step is not None:
+        for path in (source / "checkpoints" / step_file(step), source / "snapshots" / step_file(step)):
+            if path.is_file():
+                return path
+        raise FileNotFoundError(f"{source}: no checkpoint or snapshot of step {step}; steps: "
+                                f"{', '.join(map(str, _steps(source))) or 'none'}")
+    if (holder := lock_holder(source)) is not None:
+        steps = _steps(source)
+        raise RunInUseError(f"{source} is in use by {holder}: its weights are still changing, so it is not scored; "
+                            f"name a checkpoint (a step: {', '.join(map(str, steps)) or 'none yet'}; or a file)")
+    if (source / "final.pt").is_file():
+        return source / "final.pt"
+    checkpoints = sorted((source / "checkpoints").glob("step_*.pt"))
+    if not checkpoints:
+        raise FileNotFoundError(f"{source} has neither final.pt nor a checkpoint")
+    return checkpoints[-1]
+
+
+def weights_step(path: Path | str) -> int | None:
+    "The training step a weights file was saved at (None if it records none), read without loading the tensors."
+    return torch.load(path, map_location="cpu", weights_only=True, mmap=True).get("step")
+
+
+def weights_sha256(path: Path | str) -> str:
+    "SHA-256 of a weights file: the checksum `save_verified` wrote beside it, else computed."
+    side = Path(path).with_name(Path(path).name + ".sha256")
+    return side.read_text().strip() if side.is_file() else sha256_file(path)
+

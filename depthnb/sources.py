@@ -57,8 +57,9 @@ def default_mirror() -> Path | None:
 
 
 def checkout_relative(path: str | Path) -> str:
-    "`path` as messages show it: relative to the checkout when in it or beside it (`data/cache`, `../shared/data`)."
-    path, root = Path(path).resolve(), repo_root()
+    """`path` as messages show it: relative to the checkout when in it or beside it (`data/cache`, `../shared/data`).
+    Links are not followed: a `../shared` that links elsewhere is still `../shared`."""
+    path, root = Path(os.path.abspath(path)), Path(os.path.abspath(repo_root()))  # `..` folded, links kept
     return os.path.relpath(path, root) if path.is_relative_to(root.parent) else str(path)
 
 # %% ../nbs/02b_sources.ipynb #07785a37

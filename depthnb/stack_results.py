@@ -214,7 +214,7 @@ def stack_finetune_job(preset: Preset | str, method: str, task: str, seed: int =
     return {**res, "method": method, "task": task_name(task), "seed": seed, "run_dir": str(run_dir)}
 
 # %% ../nbs/06c_stack_results.ipynb #40de37f5
-from .downstream_tasks import DOWNSTREAM_TASKS, result_path, score_run, task_unavailable
+from .downstream_tasks import DOWNSTREAM_TASKS, score_run, scored, task_unavailable
 
 
 
@@ -228,7 +228,7 @@ def _downstream_job(path: str, tasks: list[str], shots, limit, calculators, pres
 
 
 def _downstream_done(path: str, tasks: list[str], shots, limit, calculators, **_) -> bool:
-    return all(result_path(path, t, DOWNSTREAM_TASKS[t].shots if shots is None else shots, c, limit).exists()
+    return all(scored(path, t, DOWNSTREAM_TASKS[t].shots if shots is None else shots, c, limit) is not None
                for t in tasks for c in _downstream_settings(t, calculators))
 
 

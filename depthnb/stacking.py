@@ -18,7 +18,8 @@ import torch.distributed as dist
 from .config import Preset, PretrainConfig, StackConfig, config_diff, from_dict, to_dict
 from .data import prepare_pretraining
 from .growth import grow
-from .hf import HFCausalLM, build_hf, empty_hf_model, hf_pretrain_config, load_hf_model, save_hf_config
+from .hf import (HFCausalLM, build_hf, empty_hf_model, hf_pretrain_config, hf_stage_config, load_hf_model,
+                        save_hf_config)
 from .model import DecoderLM
 from .runs import (atomic_write, is_done, json_lines, mark_done, read_config, read_done, read_metrics,
                           save_weights, write_or_check_config)
@@ -67,12 +68,13 @@ def stage_config(config: PretrainConfig, n_layers: int) -> PretrainConfig:
 
 # %% ../nbs/06b_stacking.ipynb #10c88938
 def grow_state(model: DecoderLM, optimizer_state: dict | None, config: PretrainConfig,
-               stack: StackConfig) -> tuple[DecoderLM, dict]:
-    "The next stage's initialization: `model` grown by `stack.method` and its optimizer state (carried or reset)."
+               stack: StackConfig, hf=None) -> tuple[DecoderLM, dict]:
+    """The next stage's initialization: `model` grown by `stack.method` and its optimizer state (carried or reset).
+    With `hf` (the transformers config the run ends at), the grown model's config is that target's at the new depth."""
     opt = _optimizer(model, config)
     if optimizer_state is not None:
         opt.load_state_dict(optimizer_state)
-    grown, new = grow(model, stack.method, stack.block_size, opt, reset_optimizer=stack.reset_optimizer)
+    grown, new = grow(model, stack.method, stack.block_size, opt, reset_optimizer=stack.reset_optimizer, target=hf)
     return grown, new.state_dict()
 
 
@@ -86,7 +88,7 @@ def _fresh_model(config: PretrainConfig, hf=None) -> DecoderLM | HFCausalLM:
     torch.manual_seed(config.seed)
     if hf is None:
         return DecoderLM(config.model)
-    return HFCausalLM(build_hf(hf, config.model.n_layers), config.model.n_ctx)
+    return HFCausalLM(build_hf(hf_stage_config(hf, config.model.n_layers)), config.model.n_ctx)  # the target's first layers
 
 
 def stage_state(stage_dir: Path, config: PretrainConfig, stage: Stage, device, hf=None) -> tuple[DecoderLM, dict]:
@@ -172,7 +174,7 @@ def _stack_train(config: PretrainConfig, stack: StackConfig, run_dir: Path, info
             model, opt_state = stage_state(run_dir / finished.name, config, finished, device, hf)
             finished = None
         if model is not None:
-            model, opt_state = grow_state(model, opt_state, config, stack)
+            model, opt_state = grow_state(model, opt_state, config, stack, hf)
         elif st.steps == 0 or hf is not None:  # a first stage: start from the model its training would start from
             model = _fresh_model(stage_config(config, st.n_layers), hf).to(device)
         grow_s = time.perf_counter() - t0

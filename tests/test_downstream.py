@@ -24,7 +24,8 @@ from depthnb.downstream_tasks import (DOWNSTREAM_TASKS, GROUPS, evaluate_config,
                                      primitive_config, result_path, score_run, task_unavailable)
 from depthnb.inference import generate_many
 from depthnb.model import DecoderLM
-from depthnb.runs import save_weights, write_or_check_config
+from depthnb.config import to_dict
+from depthnb.runs import run_lock, save_checkpoint, save_weights, sha256_file, write_or_check_config
 from depthnb.downstream_tables import DOWNSTREAM_CLAIMS, downstream_verdicts
 
 
@@ -272,8 +273,53 @@ def test_cli_writes_one_json_per_task_and_resumes(model, tok, tmp_path, monkeypa
     assert out.getvalue().count("scored already") == 2
 
 
+def test_scores_belong_to_weights_busy_then_finished(model, tok, tmp_path, monkeypatch):
+    # a run in training (its lock held, two checkpoints, no final.pt) is refused unless a step is named; a named
+    # checkpoint is filed under its step; the finished run then gets its own final score, and a final.pt written
+    # again (other weights) is scored again: every record names its step and the weights' checksum
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    run = tmp_path / "run"
+    write_or_check_config(run, dict(kind="pretrain", tokenizer=str(tok.path)))
+    for step in (4, 8):
+        save_checkpoint(run, dict(model_config=to_dict(model.cfg), model=model.state_dict(), step=step))
+
+    def cli(*extra):
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = cli_downstream([str(run), "--tasks", "svamp", "--limit", "2", "--calculator", "off", "--device", "cpu",
+                                   *extra])
+        return code, out.getvalue(), err.getvalue()
+
+    def record(step=None):
+        return json.loads(result_path(run, "svamp", 5, False, 2, step).read_text())
+
+    with run_lock(run):  # the trainer's lock, held by a live process
+        code, _, err = cli()
+        assert code == 2 and len(err.strip().splitlines()) == 1, err
+        assert "is in use by process" in err and "a step: 4, 8" in err
+        assert not (run / "downstream").exists()
+        code, _, err = cli("--step", "8")
+        assert code == 0, err
+    at8 = record(8)
+    assert result_path(run, "svamp", 5, False, 2, 8).parent.name == "step_00000008"
+    assert (at8["step"], at8["weights_sha256"]) == (8, sha256_file(run / "checkpoints" / "step_00000008.pt"))
+    finished = DecoderLM(model.cfg)
+    save_weights(run / "final.pt", finished, step=12)
+    code, out, _ = cli()  # finished: its own final score, not the checkpoint's
+    assert code == 0 and "scored already" not in out
+    final = record()
+    assert result_path(run, "svamp", 5, False, 2).parent.name == "final"
+    assert (final["step"], final["weights_sha256"]) == (12, sha256_file(run / "final.pt")) != (8, at8["weights_sha256"])
+    assert cli()[1].count("scored already (step 12)") == 1
+    save_weights(run / "final.pt", DecoderLM(model.cfg), step=12)  # written again: other weights, the same name
+    code, out, _ = cli()
+    assert code == 0 and "filed for other weights (step 12)" in out
+    assert record()["weights_sha256"] == sha256_file(run / "final.pt") != final["weights_sha256"]
+
+
 def test_cli_bad_arguments_are_one_line():
-    for argv, msg in ((["--tasks", "mathh"], "unknown task or group 'mathh'"), (["--limit", "0", "x"], "--limit 0"),
+    for argv, msg in ((["--tasks", "mathh"], "unknown task or group 'mathh' (closest: math)"), (["--limit", "0", "x"], "--limit 0"),
                       (["no/such/run", "--tasks", "svamp"], "no such run directory")):
         err = io.StringIO()
         with contextlib.redirect_stderr(err):
@@ -315,16 +361,18 @@ def test_a_context_too_short_for_gsm8k_is_a_result_with_its_reason(model, tok, t
         assert r["missing"].startswith("GSM8k (fine-tuned): GSM8k fine-tuning: no training problem fits in n_ctx=64")
     assert not gsm8k_finetune_dir(run).exists()
     again = score_run(run, ["gsm8k_finetuned"], device="cpu", log=logs.append)  # read back, not recomputed
-    assert [r["missing"] for r in again] == [r["missing"] for r in records] and logs[-1].endswith("scored already")
+    assert [r["missing"] for r in again] == [r["missing"] for r in records] and logs[-1].endswith("scored already (step 0)")
 
 
 def test_finetuned_gsm8k_results_sit_beside_the_others(tmp_path):
     run = tmp_path / "run"
     (run / "stage1").mkdir(parents=True)
     (run / "config.json").write_text("{}")
+    (run / "final.pt").write_bytes(b"")  # only the names matter here
     assert gsm8k_finetune_dir(run) == run / "downstream" / "final" / "gsm8k_finetune"
     assert result_path(run, "gsm8k_finetuned", 0, True, None) == run / "downstream" / "final" / "gsm8k_finetuned.0shot.calc.json"
     snap = run / "stage1" / "step_00000016.pt"
+    snap.write_bytes(b"")
     assert result_path(snap, "svamp", 5, False, 8).parent == run / "downstream" / "step_00000016"
 
 

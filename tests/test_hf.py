@@ -13,8 +13,8 @@ import torch  # noqa: E402
 from transformers import AutoModelForCausalLM, GPT2Config, LlamaConfig, Qwen2Config  # noqa: E402
 
 from depthnb.growth import grow, grow_layout  # noqa: E402
-from depthnb.hf import (HFCausalLM, build_hf, decoder_layers, ffn_width, hf_depth_config, hf_family,  # noqa: E402
-                        hf_param_count, load_hf_config)
+from depthnb.hf import (HFCausalLM, build_hf, decoder_layers, ffn_field, ffn_width, hf_config_with,  # noqa: E402
+                        hf_depth_config, hf_family, hf_param_count, load_hf_config)
 
 TINY = dict(vocab_size=97, hidden_size=32, intermediate_size=48, num_hidden_layers=4, num_attention_heads=4,
             num_key_value_heads=2, max_position_embeddings=64)
@@ -248,3 +248,145 @@ def test_cli_names_a_missing_config_in_one_line(tmp_path, capsys):
     assert cli_stack(["--preset", "tiny", "--set", f"runs_dir={tmp_path}", "--hf-config", str(tmp_path / "nope")]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "local Hugging Face cache" in err[0], err
+
+
+def decoder_only_configs():
+    "(model_type, config) of every causal LM architecture the installed transformers ships that is not encoder-decoder, at 2 layers."
+    from transformers import AutoConfig
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+    out = []
+    for model_type in sorted(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES):
+        try:
+            config = AutoConfig.for_model(model_type)
+        except Exception:  # a config that needs arguments (or a backend) to be built at all
+            continue
+        if getattr(config, "is_encoder_decoder", False) or not hasattr(config, "num_hidden_layers"):
+            continue
+        try:
+            config = hf_config_with(config, num_hidden_layers=2)
+        except Exception:
+            continue
+        out.append((model_type, config))
+    return out
+
+
+@pytest.mark.slow
+def test_ffn_width_of_every_decoder_only_architecture():
+    # the width is measured on the built MLP modules, the field found by trying; an architecture that cannot be
+    # supported gets one line saying why; the common ones, Falcon's ffn_hidden_size among them, are supported
+    supported, refused = {}, {}
+    for model_type, config in decoder_only_configs():
+        try:
+            hf_param_count(config)
+        except Exception:  # its default config does not build a model on the meta device: nothing of ours to test
+            continue
+        try:
+            width, field = ffn_width(config), ffn_field(config)
+        except ValueError as e:
+            assert str(e) and "\n" not in str(e), e
+            refused[model_type] = str(e)
+            continue
+        supported[model_type] = (width, field)
+        wider = hf_config_with(config, **{field: width + 3})
+        assert ffn_width(wider) == width + 3, model_type
+        assert hf_param_count(config, 1, width + 1) > hf_param_count(config, 1, width), model_type
+    print(f"{len(supported)} supported, {len(refused)} refused:", *[f"{k}: {v}" for k, v in refused.items()], sep="\n")
+    known = {"llama": "intermediate_size", "qwen2": "intermediate_size", "qwen3": "intermediate_size",
+             "gemma2": "intermediate_size", "mistral": "intermediate_size", "gpt2": "n_inner",
+             "falcon": "ffn_hidden_size", "opt": "ffn_dim", "gpt_neox": "intermediate_size", "phi3": "intermediate_size"}
+    assert {k: supported.get(k, (None, refused.get(k)))[1] for k in known} == known
+
+
+# --- stagewise training keeps the target's per-layer layout ----------------------------------------------------------
+from depthnb.growth import grow  # noqa: E402
+from depthnb.hf import hf_stage_config, per_layer_fields  # noqa: E402
+from transformers import Gemma2Config, Qwen3Config  # noqa: E402
+
+SLIDING, FULL = "sliding_attention", "full_attention"
+LAYOUT_TARGETS = {  # 4 layers whose kinds no config class would derive at another depth
+    "gemma2": lambda: Gemma2Config(vocab_size=10, hidden_size=32, intermediate_size=48, num_hidden_layers=4,
+                                   num_attention_heads=2, num_key_value_heads=1, head_dim=16, sliding_window=4,
+                                   max_position_embeddings=64, layer_types=[SLIDING, FULL, SLIDING, FULL]),
+    "qwen3": lambda: Qwen3Config(vocab_size=10, hidden_size=32, intermediate_size=48, num_hidden_layers=4,
+                                 num_attention_heads=2, num_key_value_heads=1, head_dim=16, use_sliding_window=True,
+                                 sliding_window=4, max_window_layers=2, max_position_embeddings=64)}
+
+
+def grown_stagewise(target, op: str, block_size: int = 1, device: str = "cpu"):
+    "The model stagewise growth ends at (no training): stage 1 at one block, grown by `op` up to the target's depth."
+    with torch.device(device):
+        model = build_hf(hf_stage_config(target, block_size))
+        while model.config.num_hidden_layers < target.num_hidden_layers:
+            model = grow(model, op, block_size, target=target)
+    return model
+
+
+@pytest.mark.parametrize("arch", LAYOUT_TARGETS)
+def test_stagewise_growth_keeps_the_target_layout(arch, tmp_path):
+    target = LAYOUT_TARGETS[arch]()
+    assert target.layer_types == ([SLIDING, FULL] * 2 if arch == "gemma2" else [FULL, FULL, SLIDING, SLIDING])
+    assert [hf_stage_config(target, n).layer_types for n in (1, 2, 3)] == [target.layer_types[:n] for n in (1, 2, 3)]
+    baseline = build_hf(target).config.to_dict()
+    for op in ("midas", "gradstack"):
+        model = grown_stagewise(target, op)
+        assert model.config.to_dict() == baseline, op
+        windows = [layer.self_attn.sliding_window for layer in decoder_layers(model)[1]]
+        assert windows == [4 if t == SLIDING else None for t in target.layer_types], (op, windows)
+        model.save_pretrained(tmp_path / op)  # saved and loaded, it computes as grown: config and modules agree
+        again = type(model).from_pretrained(tmp_path / op).eval()
+        idx = torch.randint(0, 10, (1, 12))
+        with torch.no_grad():
+            assert torch.equal(model.eval()(idx).logits, again(idx).logits), op
+
+
+def layered_configs():
+    "(model_type, 4-layer config) of every decoder-only architecture installed whose config has a per-layer list."
+    out = []
+    for model_type, config in decoder_only_configs():
+        try:
+            config = hf_config_with(config, num_hidden_layers=4)
+        except Exception:
+            continue
+        if per_layer_fields(config):
+            out.append((model_type, config))
+    return out
+
+
+@pytest.mark.slow
+def test_stagewise_growth_keeps_every_installed_layout():
+    # on the meta device, every decoder-only architecture with a per-layer list: MIDAS and GradStack end at the
+    # baseline's config; an architecture grow cannot copy is refused in one line
+    done, refused = [], {}
+    for model_type, target in layered_configs():
+        try:
+            with torch.device("meta"):
+                baseline = build_hf(target).config.to_dict()
+        except Exception:  # its default config builds no model: nothing of ours to test
+            continue
+        try:
+            ends = {op: grown_stagewise(target, op, device="meta").config.to_dict() for op in ("midas", "gradstack")}
+        except ValueError as e:
+            assert str(e) and "\n" not in str(e), e
+            refused[model_type] = str(e)
+            continue
+        assert ends == {"midas": baseline, "gradstack": baseline}, model_type
+        done.append(model_type)
+    print(f"{len(done)} kept their layout: {', '.join(done)}", *[f"{k}: {v}" for k, v in refused.items()], sep="\n")
+    assert {"gemma2", "qwen3"} <= set(done)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", LAYOUT_TARGETS)
+def test_stack_train_final_configs_equal_across_methods(arch, data, tmp_path):
+    torch.set_num_threads(1)
+    configs = {}
+    for method in ("baseline", "midas", "gradstack"):
+        run = tmp_path / method
+        stack_train(small_config(**{**STACK_STEPS, "model__n_layers": 4}), StackConfig(method=method, block_size=1), run,
+                    data=data, progress=False, hf_config=LAYOUT_TARGETS[arch]())
+        configs[method] = read_hf_config(run).to_dict()
+        if method != "baseline":
+            assert [read_hf_config(s).layer_types for s in sorted(run.glob("stage*_L*"))] == \
+                [LAYOUT_TARGETS[arch]().layer_types[:n] for n in (1, 2, 3, 4)]
+    assert configs["midas"] == configs["baseline"] == configs["gradstack"]
+    assert configs["baseline"]["layer_types"] == LAYOUT_TARGETS[arch]().layer_types

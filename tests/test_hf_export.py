@@ -124,14 +124,37 @@ def test_export_writes_a_folder_transformers_loads(arch, tmp_path):
 
 
 @pytest.mark.data
-def test_an_architecture_autotokenizer_reads_its_own_way_is_refused(tmp_path):
-    # transformers loads Qwen2's own tokenizer class from any folder of a Qwen2 model: it would read other tokens
+@pytest.mark.parametrize("arch", ["qwen2", "llama"])
+def test_export_hf_command_round_trips(arch, tmp_path, capsys):
+    # `depthnb export-hf RUN OUT`: AutoModelForCausalLM loads the same model; AutoTokenizer reads depthnb's tokens with
+    # and without trust_remote_code (transformers would give Qwen2 its own tokenizer class, reading other tokens);
+    # README.md says what the run is; a second export into the folder is one line, exit 2
+    from depthnb.cmd_export_hf import cli_export_hf
+    from depthnb.runs import MetricsLog, write_or_check_config
     sp = train_tokenizer(TEST_DATA, log=None)
-    hand_run(tmp_path / "run", HF_CONFIGS["qwen2"](sp.vocab_size))
-    with pytest.raises(ValueError, match="AutoTokenizer loads a Qwen2Tokenizer for model_type 'qwen2', which does not "
-                                         "tokenize .* as depthnb's SentencePiece model does"):
-        export_hf(tmp_path / "run", tmp_path / "out", sp)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]  # nothing written
+    run = tmp_path / "runs" / "test" / "stack" / arch
+    write_or_check_config(run, dict(kind="stack", tokenizer=str(sp.path), config=dict(steps=7, data=dict(corpus="enwiki")),
+                                    stack=dict(method="midas", block_size=1)))
+    model = hand_run(run, HF_CONFIGS[arch](sp.vocab_size))
+    MetricsLog(run, tensorboard=False).write(kind="eval", step=7, split="enwiki_valid", loss=6.0)
+    assert cli_export_hf([str(run), str(tmp_path / "out")]) == 0
+    out = Path(capsys.readouterr().out.strip())
+    back = AutoModelForCausalLM.from_pretrained(out).eval()
+    assert type(back) is type(model.hf)
+    ids = torch.tensor([sp.encode("The exported model reads depthnb's tokens.")])
+    with torch.no_grad():
+        assert torch.equal(back(input_ids=ids).logits, model(ids)[0])
+    for trust in (False, True):
+        tok = AutoTokenizer.from_pretrained(out, trust_remote_code=trust)
+        assert [tok.encode(t) for t in TRICKY] == [sp.encode(t) for t in TRICKY], trust
+    card = (out / "README.md").read_text()
+    for line in ("| preset | test |", "| method | midas (block size 1) |", "| steps | 7 (these weights: step 7, `final.pt`) |",
+                 "| validation loss | enwiki_valid 6.0000 (step 7) |"):
+        assert line in card, (line, card)
+    assert (out / "tokenization_depthnb.py").exists() == (arch == "qwen2")  # only where transformers needs telling
+    capsys.readouterr()  # what loading printed
+    assert cli_export_hf([str(run), str(out)]) == 2
+    assert capsys.readouterr().err.strip() == f"depthnb export-hf: error: {out} exists and is not empty; --overwrite replaces it"
 
 
 @pytest.mark.data
@@ -160,7 +183,7 @@ def test_export_refuses_what_it_cannot_write(tmp_path):
 MAX_POSITIONS = 128
 HF_LLAMA = LlamaConfig(vocab_size=10, hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=2,
                        max_position_embeddings=MAX_POSITIONS)
-TASKS = ("primitive_copy_random", "svamp")
+TASKS = ("primitive_copy_random", "depthnb_svamp")
 
 
 def documented_command() -> str:
