@@ -15,10 +15,11 @@ import torch.nn.functional as F
 from torch.nn.attention.flex_attention import AuxRequest, BlockMask, flex_attention
 
 # %% auto #0
-__all__ = ['HOPPER_FLEX_OPTIONS', 'NEAR_MASK', 'KERNELS', 'HAS_TRITON', 'BAND_STEP_CONFIGS', 'band_width', 'band_bias_grad',
-           'causal_bias', 'dense_kernel', 'cpu_kernel', 'cudnn_kernel', 'efficient_kernel', 'bias_score_mod',
-           'flex_kernel_options', 'flex_kernel', 'split_span', 'split_kernel', 'band_attention', 'BandStepConfig',
-           'band_step_kernel', 'band_step_autotuned', 'band_step_launch', 'band_bias_grad_triton']
+__all__ = ['HOPPER_FLEX_OPTIONS', 'NEAR_MASK', 'KERNELS', 'HAS_TRITON', 'BAND_STEP_CONFIGS', 'DTYPE_KEYS', 'BAND_COMPOSITION_ENV',
+           'CPU_STAND_INS', 'band_width', 'band_bias_grad', 'causal_bias', 'dense_kernel', 'cpu_kernel',
+           'aligned_causal', 'cudnn_kernel', 'efficient_kernel', 'bias_score_mod', 'flex_kernel_options', 'flex_kernel',
+           'split_span', 'split_kernel', 'band_attention', 'BandStepConfig', 'band_step_kernel', 'band_step_autotuned',
+           'band_step_launch', 'band_bias_grad_triton', 'band_variant']
 
 # %% ../nbs/02g_band.ipynb #ad751b0c
 def band_width(buckets: torch.Tensor, n_buckets: int) -> int | None:
@@ -84,14 +85,32 @@ def cpu_kernel(q, k, v, bias, block_mask=None):
         q, k, v, 0.0, True, attn_mask=causal_bias(bias, q.shape[-2], q.dtype))
 
 
-def cudnn_kernel(q, k, v, bias, block_mask=None):
-    "SDPA's cuDNN kernel with a detached dense bias in the inputs' dtype and `is_causal`: (out, lse); float32 inputs (`bf16=False`), which cuDNN does not take, get the memory-efficient kernel."
-    if q.dtype not in (torch.float16, torch.bfloat16):
-        return efficient_kernel(q, k, v, bias)
+def aligned_causal(kernel: Callable, q, k, v, bias, multiple: int = 8):
+    """`kernel`'s causal attention with `bias` (h, ≥ t) at a length padded with zero queries and keys to a multiple of
+    `multiple`: (out, lse) of the real queries, exactly (no real query sees a later key; the extra queries' rows are
+    dropped, so their gradient is zero); q, k, v as they are where the length is a multiple already."""
+    t = q.shape[-2]
+    pad = -t % multiple
+    if pad == 0:
+        return kernel(q, k, v, bias)
+    out, lse = kernel(*(F.pad(x, (0, 0, 0, pad)) for x in (q, k, v)), F.pad(bias[:, :t], (0, pad)))
+    return out[:, :, :t], lse[:, :, :t]
+
+
+def _cudnn_call(q, k, v, bias, block_mask=None):
     b, h, t, _ = q.shape
     out, lse = torch.ops.aten._scaled_dot_product_cudnn_attention(
         q, k, v, causal_bias(bias, t, q.dtype), True, 0.0, True, False)[:2]
     return out, lse.reshape(b, h, t)
+
+
+def cudnn_kernel(q, k, v, bias, block_mask=None):
+    """SDPA's cuDNN kernel with a detached dense bias in the inputs' dtype and `is_causal`: (out, lse); float32 inputs
+    (`bf16=False`), which cuDNN does not take, get the memory-efficient kernel. Lengths not a multiple of 8 are padded
+    to one (`aligned_causal`): the bias rows are then 16-byte aligned (cudnn-frontend reports NaN gradients where not)."""
+    if q.dtype not in (torch.float16, torch.bfloat16):
+        return efficient_kernel(q, k, v, bias)
+    return aligned_causal(_cudnn_call, q, k, v, bias, 8)
 
 
 def efficient_kernel(q, k, v, bias, block_mask=None):
@@ -338,8 +357,8 @@ def band_step_kernel():
     import triton
     import triton.language as tl
 
-    @triton.jit(do_not_specialize=["rows_per_bh", "n_bh", "t", "w"])  # one compile per configuration and width
-    def band_step(q, k, v, o, do, lse, bias, part, rows_per_bh, n_bh, t, w, scale,  # n_bh = b·h: a tuning key
+    @triton.jit(do_not_specialize=["rows_per_bh", "n_bh", "t", "w", "dtype_key"])  # one compile per configuration and width
+    def band_step(q, k, v, o, do, lse, bias, part, rows_per_bh, n_bh, t, w, dtype_key, scale,  # n_bh = b·h, dtype_key: tuning keys
                   sq_b, sq_h, sq_t, sk_b, sk_h, sk_t, sv_b, sv_h, sv_t, so_b, so_h, so_t, sd_b, sd_h, sd_t,
                   H: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                   BLOCK_D: tl.constexpr, BLOCK_W: tl.constexpr, IEEE: tl.constexpr, UNROLL: tl.constexpr):
@@ -384,13 +403,17 @@ def band_step_kernel():
     return band_step
 
 
+DTYPE_KEYS = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2, torch.float64: 3}  # the step's `dtype_key`
+
+
 @functools.cache
 def band_step_autotuned():
     "The band step under Triton's autotuner over BAND_STEP_CONFIGS, keyed by the shape (CUDA)."
     import triton
     configs = [triton.Config({"BLOCK_M": c.block_m, "BLOCK_N": c.block_n, "UNROLL": c.unroll}, num_warps=c.warps)
                for c in BAND_STEP_CONFIGS]
-    return triton.autotune(configs, key=["n_bh", "t", "w", "D"], reset_to_zero=["part"])(band_step_kernel())
+    # the inputs' dtype is a key of its own (DTYPE_KEYS), not left to the Triton version's habits
+    return triton.autotune(configs, key=["n_bh", "t", "w", "D", "dtype_key"], reset_to_zero=["part"])(band_step_kernel())
 
 
 def band_step_launch(q, k, v, out, lse, d_out, w: int, scale: float, bias: torch.Tensor,
@@ -404,7 +427,8 @@ def band_step_launch(q, k, v, out, lse, d_out, w: int, scale: float, bias: torch
     q, k, v, out, d_out = (x if x.stride(-1) == 1 else x.contiguous() for x in (q, k, v, out, d_out))
     part = torch.zeros(b * h, rows, block_w, device=q.device, dtype=torch.float32)
     args = (q, k, v, out, d_out, lse.float().contiguous(), bias[:, :w].float().contiguous(), part, rows, b * h, t, w,
-            scale, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3], *d_out.stride()[:3])
+            DTYPE_KEYS[q.dtype], scale, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3],
+            *d_out.stride()[:3])
     consts = dict(H=h, D=d, BLOCK_D=max(16, 1 << (d - 1).bit_length()), BLOCK_W=block_w,
                   IEEE=q.dtype == torch.float32, enable_fp_fusion=True)  # as measured; Triton 3.10 turns it off
     if config is None and os.environ.get("TRITON_INTERPRET") == "1":
@@ -434,3 +458,27 @@ def band_bias_grad_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out
 @band_bias_grad_triton.register_fake
 def _(q, k, v, out, lse, d_out, w, scale, bias):
     return q.new_empty(q.shape[1], w, dtype=torch.float32)
+
+# %% ../nbs/02g_band.ipynb #b1a0c002
+BAND_COMPOSITION_ENV = "DEPTHNB_BAND_COMPOSITION"  # "1": band variants run their CUDA composition on the CPU
+CPU_STAND_INS = {"split": "split", "cudnn": "cpu", "efficient": "cpu", "flex": "cpu"}  # kernel on CUDA -> on the CPU
+
+
+def band_variant(impl: str, device_type: str, composition: bool | None = None) -> tuple[str, Callable]:
+    """The kernel (a `KERNELS` key) and band step that the band variant `impl` ("band-<kernel>[-triton]") runs on a
+    `device_type` device. CUDA: its own. The CPU: "cpu" and the PyTorch step, or with `composition` (None: the
+    environment's BAND_COMPOSITION_ENV is "1") the variant's CUDA composition, the CPU standing in (CPU_STAND_INS)."""
+    kernel, triton = impl.removeprefix("band-").removesuffix("-triton"), impl.endswith("-triton")
+    if kernel not in CPU_STAND_INS:
+        raise ValueError(f"{impl!r} is not a band variant (band-<kernel>[-triton], kernel one of {list(CPU_STAND_INS)})")
+    if device_type != "cuda":
+        if composition is None:
+            composition = os.environ.get(BAND_COMPOSITION_ENV) == "1"
+        if not composition:
+            return "cpu", band_bias_grad
+        if triton and not (HAS_TRITON and os.environ.get("TRITON_INTERPRET") == "1"):
+            raise RuntimeError(f"{impl!r} on the CPU runs its Triton step under Triton's interpreter: set "
+                               "TRITON_INTERPRET=1 before Triton is first imported")
+        kernel = CPU_STAND_INS[kernel]
+    return kernel, band_bias_grad_triton if triton else band_bias_grad
+

@@ -16,7 +16,7 @@ from fastcore.basics import patch
 from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex_attention
 from torch.utils.checkpoint import checkpoint
 
-from .band import HAS_TRITON, KERNELS, band_attention, band_bias_grad, band_bias_grad_triton, band_width, cpu_kernel
+from .band import HAS_TRITON, KERNELS, band_attention, band_bias_grad, band_variant, band_width
 from .config import BAND_IMPLS, ModelConfig, resolve_attn_impl
 from .inference import KVCache, greedy_generate
 
@@ -336,13 +336,11 @@ def band_mask(model: DecoderLM, n: int, device) -> BandMask:
     "The `BandMask` of a causal length-`n` pass: the bias by distance on the band minus the last bucket's, and the kernel."
     rel = model.rel_bias
     band = rel.by_distance(model.band_width, device) - rel.table.weight[-1][:, None]
-    if torch.device(device).type != "cuda":
-        return BandMask(band, cpu_kernel)
     impl = resolve_attn_impl(model.cfg.attn_impl, "cuda")
     if model.cfg.attn_impl == "auto" and not HAS_TRITON:  # a CUDA build of PyTorch without Triton
         impl = impl.removesuffix("-triton")
-    kernel = impl.removeprefix("band-").removesuffix("-triton")
-    step = band_bias_grad_triton if impl.endswith("-triton") else band_bias_grad
+    # the CPU: its fused kernel and the PyTorch step, or (DEPTHNB_BAND_COMPOSITION=1) the variant's CUDA composition
+    kernel, step = band_variant(impl, torch.device(device).type)
     return BandMask(band, KERNELS[kernel], causal_block_mask(n, device) if kernel == "flex" else None, step)
 
 

@@ -13,8 +13,9 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
-from depthnb.band import (BAND_STEP_CONFIGS, KERNELS, band_attention, band_bias_grad, band_bias_grad_triton,
-                          band_step_kernel, band_step_launch, band_width, bias_score_mod, cpu_kernel, dense_kernel)
+from depthnb.band import (BAND_COMPOSITION_ENV, BAND_STEP_CONFIGS, CPU_STAND_INS, DTYPE_KEYS, KERNELS, aligned_causal,
+                          band_attention, band_bias_grad, band_bias_grad_triton, band_step_autotuned, band_step_kernel,
+                          band_step_launch, band_variant, band_width, bias_score_mod, cpu_kernel, dense_kernel)
 from depthnb.config import BAND_IMPLS, ModelConfig
 from depthnb.model import BandMask, DecoderLM, PrefixMask, layer_mask, relative_position_bucket
 from depthnb.presets import CPU_CLASS, PRESETS, SAUNSHI_CLASSES, SIZE_CLASSES, TINY_CLASS, resolve_size_class
@@ -75,6 +76,27 @@ def test_split_kernel_on_the_models_layout(t):
     assert_matches(lambda *a: band_attention(*a, kernel=KERNELS["split"]), q, k, v, band, d_out, 1e-12)
 
 
+@pytest.mark.parametrize("t", [37, 500, 1000])  # not a multiple of 8 (padded), and one that is (as it is)
+def test_aligned_causal_is_exact(t):
+    "The padding cudnn_kernel gives a length that is not a multiple of 8, with the CPU kernel in cuDNN's place."
+    torch.manual_seed(t)
+    q, k, v, d_out = (torch.randn(1, 2, t, 8, dtype=torch.float64) for _ in range(4))
+    band = torch.randn(2, 113, dtype=torch.float64)
+    assert_matches(lambda *a: band_attention(*a, kernel=lambda *x: aligned_causal(cpu_kernel, *x[:4], 8)),
+                   q, k, v, band, d_out, 1e-12)
+    calls = []
+    aligned_causal(lambda *x: calls.append(x[0].shape[-2]) or (x[0], x[0][..., 0]), q, k, v,
+                   F.pad(band, (0, t))[:, :t], 8)
+    assert calls == [t + (-t % 8)]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="Triton is not installed")
+def test_band_step_tunes_per_dtype():
+    "The autotuner keys its choice on the inputs' dtype too (bf16 and fp16 pick apart), whatever Triton does itself."
+    assert band_step_autotuned().keys == ["n_bh", "t", "w", "D", "dtype_key"]
+    assert "dtype_key" in band_step_kernel().arg_names and len(set(DTYPE_KEYS.values())) == len(DTYPE_KEYS)
+
+
 @pytest.mark.slow  # compiling: ~15 s on two cores
 def test_split_kernel_compiles_whole():
     "torch.compile traces the split kernel's forward and backward in one graph (as a compiled model calls it on CUDA)."
@@ -97,14 +119,18 @@ def test_bucket_fact_for_every_preset_context():
         assert (buckets[width:] == cfg.rel_buckets - 1).all() and (width == 0 or buckets[width - 1] != cfg.rel_buckets - 1)
 
 
-@pytest.mark.parametrize("impl", BAND_IMPLS)
-def test_model_trains_as_the_dense_path(impl):
-    "Loss, logits and every parameter's gradient (the bias table's included) equal the sdpa path's, in float32."
+def model_trains_as_the_dense_path(impl):
+    """Loss, logits and every parameter's gradient (the bias table's included) of `impl` equal the sdpa path's, in
+    float32, with each layer's mask what the variant's composition names (`band_variant`)."""
     cfg = ModelConfig(d_model=64, d_attn=64, n_heads=4, d_ff=96, n_layers=2, n_vocab=97, n_ctx=256)
     torch.manual_seed(0)
     dense, band = DecoderLM(cfg), DecoderLM(replace(cfg, attn_impl=impl))
     band.load_state_dict(dense.state_dict())
     tokens = torch.randint(0, cfg.n_vocab, (2, 230))
+    pos = torch.arange(230)
+    kernel, step = band_variant(impl, "cpu")
+    mask = layer_mask(band, pos, pos)
+    assert mask.kernel is KERNELS[kernel] and mask.step is step, (impl, mask)
     losses = []
     for m in (dense, band):
         loss = m(tokens, tokens)[1]
@@ -114,6 +140,35 @@ def test_model_trains_as_the_dense_path(impl):
     for (name, p), q in zip(band.named_parameters(), dense.parameters()):
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-6, msg=lambda m: f"{name}: {m}")
     assert band.rel_bias.table.weight.grad[-1].abs().sum() > 0  # the last bucket gets minus the band's sum
+
+
+@pytest.mark.parametrize("impl", [i for i in BAND_IMPLS if not i.endswith("-triton")])
+@pytest.mark.parametrize("composition", ["0", "1"])
+def test_model_trains_as_the_dense_path(impl, composition, monkeypatch):
+    "Each variant as the CPU runs it by default (the CPU kernel, the PyTorch step) and in its CUDA composition."
+    monkeypatch.setenv(BAND_COMPOSITION_ENV, composition)
+    expected = CPU_STAND_INS[impl.removeprefix("band-")] if composition == "1" else "cpu"
+    assert band_variant(impl, "cpu")[0] == expected
+    model_trains_as_the_dense_path(impl)
+
+
+def check_model_compositions_interpreted():
+    "What the next test runs in a fresh process under Triton's interpreter: the `-triton` variants' compositions."
+    for impl in BAND_IMPLS:
+        if impl.endswith("-triton"):
+            assert band_variant(impl, "cpu")[1] is band_bias_grad_triton
+            model_trains_as_the_dense_path(impl)
+
+
+@pytest.mark.slow  # the Triton step interpreted in 2 layers × 2 variants: ~20 s on one core
+@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="Triton is not installed")
+def test_model_trains_as_the_dense_path_with_the_triton_step():
+    "The `-triton` variants' CUDA compositions (split or the CPU fused op, the Triton step interpreted) in the model."
+    env = {**os.environ, "TRITON_INTERPRET": "1", BAND_COMPOSITION_ENV: "1", "OMP_NUM_THREADS": "1"}
+    code = "import test_band; test_band.check_model_compositions_interpreted(); print('ok')"
+    result = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parent, env=env, capture_output=True,
+                            text=True, timeout=900)
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-3000:]
 
 
 def test_exact_paths_where_the_identity_does_not_hold():
