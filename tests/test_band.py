@@ -349,7 +349,51 @@ def test_attention_check_rehearses_on_the_cpu(tmp_path):
     assert check.main(argv) == 0
     result = json.loads((tmp_path / "attention_check.json").read_text())
     rows = {r["variant"]: r for r in result["rows"]}
-    assert rows["band-flex"]["correct"] and rows["band-flex"]["dtable"] < 1e-5 and rows["sdpa"]["dtable"] == 0
+    assert rows["band-flex"]["correct"] and rows["band-flex"]["dtable"] < 1e-5 and rows["sdpa"]["dtable"] < 1e-6
+    assert result["lengths"] == [256, 180] and result["block"] == 128
+    for length, n_blocks in (("256", 2), ("180", 2)):  # 180: a short last block
+        assert all(len(rows["band-flex"]["blocks"][length][key]) == n_blocks for key in ("out", "dq", "dk", "dv"))
+    assert rows["band-flex"]["backend"] == "cpu (SDPA flash, CPU) + band step (PyTorch)"  # flex's CPU stand-in
+    assert "t 180" in rows["band-flex"]["worst"] or "t 256" in rows["band-flex"]["worst"]
+    assert check.BAND_COMPOSITION_ENV not in os.environ  # set for the check only
     assert result["fastest_correct"] == "band-flex" and "fastest correct band variant: band-flex" in record.read_text()
     with pytest.raises(SystemExit):
         check.parse_args(["--variants", "nope"])
+
+
+def load_attention_check():
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "attention_check.py"
+    spec = importlib.util.spec_from_file_location("attention_check", path)
+    check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(check)
+    return check
+
+
+class _WrongBlock(torch.autograd.Function):
+    "Identity whose backward scales the gradient of positions 384-511 (block 3) by 1.04: a bug confined to one block."
+    @staticmethod
+    def forward(ctx, x):
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        grad = grad.clone()
+        grad[:, :, 384:512] *= 1.04
+        return grad
+
+
+def test_attention_check_finds_one_wrong_block(monkeypatch):
+    "A variant wrong by 4% in one block of dq passes a global norm at 1,024 tokens, not the per-block comparison."
+    check = load_attention_check()
+    call = check.variant_call
+
+    def wrong(name, *a, **kw):
+        fn, table = call(name, *a, **kw)
+        return (lambda q, k, v: fn(_WrongBlock.apply(q), k, v)), table
+    monkeypatch.setattr(check, "variant_call", wrong)
+    row = check.check_lengths("band-split", "134M", (1024,), 1, torch.device("cpu"), torch.float32)
+    dq = row["blocks"]["1024"]["dq"]
+    assert len(dq) == 8 and max(range(8), key=dq.__getitem__) == 3 and dq[3] > 2e-2 and row["dq"] == dq[3]
+    assert max(dq[:3] + dq[4:]) < 1e-5 and row["worst"].startswith("dq, t 1024, block 3")
+    whole = (sum(e ** 2 for e in dq) / len(dq)) ** 0.5  # about the global norm's error: each block has a like norm
+    assert whole < 2e-2, whole
