@@ -145,7 +145,8 @@ def check_values(name: str, size_class: str, t: int, batch: int, device, dtype, 
     h, d = sc.n_heads, sc.d_attn // sc.n_heads
     torch.manual_seed(0)
     view = model_view(size_class, name, t, device)
-    q, k, v, d_out = (torch.randn(batch, h, t, d, device=device) for _ in range(4))
+    # q, k, v as the model lays them out: (b, t, h, d) memory seen as (b, h, t, d)
+    q, k, v, d_out = (torch.randn(batch, t, h, d, device=device).transpose(1, 2) for _ in range(4))
     pos = torch.arange(t, device=device)
     results = {}
     for which in ("ref", "mine"):
@@ -176,7 +177,8 @@ def time_call(name: str, size_class: str, t: int, batch: int, device, dtype, ite
     h, d = sc.n_heads, sc.d_attn // sc.n_heads
     view = model_view(size_class, name, t, device)
     fn, _ = variant_call(name, view, t, device, dtype, kernel_options)
-    q, k, v, d_out = (torch.randn(batch, h, t, d, device=device, dtype=dtype, requires_grad=i < 3) for i in range(4))
+    q, k, v, d_out = (torch.randn(batch, t, h, d, device=device, dtype=dtype).transpose(1, 2).requires_grad_(i < 3)
+                      for i in range(4))  # the model's layout
 
     def step():
         out = fn(q, k, v)

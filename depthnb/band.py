@@ -190,76 +190,81 @@ def _fused_backward(d_out, q, k, v, out, lse, bias, causal: bool, tensors, meta)
 
 
 def _pad_time(x, length: int):
-    "`x` (b, h, t, …) zero-padded to `length` positions; `x` itself where it has them (F.pad would copy it)."
-    return x if x.shape[2] == length else F.pad(x, (0, 0) * (x.dim() - 3) + (0, length - x.shape[2]))
+    """`x` (b, h, t, d) zero-padded to `length` positions, in the model's (b, t, h, d) layout (so that `_blocks` of it
+    are views); `x` itself where it has them."""
+    b, h, t, d = x.shape
+    if t == length:
+        return x
+    out = x.new_empty(b, length, h, d).transpose(1, 2)
+    out[:, :, t:].zero_()
+    out[:, :, :t].copy_(x)
+    return out
 
 
-def _blocks_to_batch(x, span: int):
-    "(b, h, n·span, …) -> (b·n, h, span, …): each block of `span` positions a sequence of its own."
-    b, h, t, *d = x.shape
-    return x.view(b, h, t // span, span, *d).transpose(1, 2).reshape(-1, h, span, *d)
+def _blocks(x, span: int):
+    """(b, h, n·span, …) -> (b·n, h, span, …): each block of `span` positions a sequence of its own. A view where the
+    blocks follow one another in memory (the model's (b, t, h, d) layout, whole, and the kernels' outputs); else a
+    copy laid out so (positions outside heads) that the kernel's outputs and gradients come back as views."""
+    blocks = x.unflatten(2, (-1, span)).transpose(1, 2)  # (b, n, h, span, …)
+    b, n, h, _, *rest = blocks.shape
+    if b == 1 or n == 1 or blocks.stride(0) == n * blocks.stride(1):
+        return blocks.flatten(0, 1)
+    out = x.new_empty(b * n, span, h, *rest).transpose(1, 2)
+    out.view(b, n, h, span, *rest).copy_(blocks)
+    return out
 
 
-def _batch_to_blocks(x, b: int):
-    "The inverse of `_blocks_to_batch`: (b·n, h, span, …) -> (b, h, n·span, …)."
-    bn, h, span, *d = x.shape
-    return x.view(b, bn // b, h, span, *d).transpose(1, 2).reshape(b, h, -1, *d)
-
-
-def _windows(x, span: int):
-    "(b, h, n·span, d) -> (b·(n-1), h, 2·span, d): for blocks 1 … n-1, the block before each and the block itself."
-    _, h, _, d = x.shape
-    return x.unfold(2, 2 * span, span).permute(0, 2, 1, 4, 3).reshape(-1, h, 2 * span, d)
-
-
-def _unwindow(dx, b: int, span: int):
-    "The gradient (b, h, n·span, d) of what `_windows` gathered, given the gradient `dx` of its windows."
-    before, own = (_batch_to_blocks(part.contiguous(), b) for part in (dx[:, :, :span], dx[:, :, span:]))
-    return F.pad(before, (0, 0, 0, span)) + F.pad(own, (0, 0, span, 0))
+def _unblocks(x, b: int):
+    "The inverse of `_blocks`: (b·n, h, span, …) -> (b, h, n·span, …); a view where the layout allows, as there."
+    return x.unflatten(0, (b, -1)).transpose(1, 2).flatten(2, 3)
 
 
 NEAR_MASK = -30000.0  # outside the near part's band: finite in bf16 and fp16, exp() of it 0 in fp64
 
 
 def _near_biases(bias, span: int, dtype):
-    """The biases of the near calls from `bias` (h, ·) by distance: the first block's (1, h, span, span) (causal, the
-    kernel masks), and the later blocks' (1, h, span, 2·span): for query r of a block and key c of its window (the
-    block before it, then its own) bias[h, span + r - c] on distances 0 … span-1, NEAR_MASK elsewhere."""
+    """The two (1, h, span, span) biases of the near calls from `bias` (h, ·) by distance: a block against its own
+    keys (causal: the kernel masks), and a block against the keys of the block before it: for query r and key c
+    bias[h, span + r - c] on distances below span (c > r), NEAR_MASK elsewhere."""
     band = F.pad(bias, (0, max(span - bias.shape[-1], 0)))[:, :span]
-    r, c = torch.arange(span, device=bias.device)[:, None], torch.arange(2 * span, device=bias.device)
+    r, c = torch.arange(span, device=bias.device)[:, None], torch.arange(span, device=bias.device)
     dist = span + r - c
-    near = band[:, dist.clamp(0, span - 1)].masked_fill((dist < 0) | (dist >= span), NEAR_MASK)
-    return causal_bias(band, span, dtype), near.to(dtype)[None]
+    before = band[:, dist.clamp(0, span - 1)].masked_fill(dist >= span, NEAR_MASK)
+    return causal_bias(band, span, dtype), before.to(dtype)[None]
 
 
 class _SplitAttention(torch.autograd.Function):
-    """Causal attention with a bias zero from distance `span` on, as three fused calls merged by log-sum-exp: the first
-    block of `span` queries causal with the bias; the later blocks, each against its window (a batch of blocks that
-    shares one small bias); the far keys (distance >= span) causal without a bias."""
+    """Causal attention with a bias zero from distance `span` on, as three fused calls merged by log-sum-exp: each
+    block of `span` queries against its own keys, causal with the bias; each block after the first against the keys
+    of the block before it, with the bias on distances below `span` (the blocks a batch of sequences sharing one
+    small bias); the far keys (distance >= span) causal without a bias. Inputs, outputs and gradients pass as
+    strided views of one another; lengths not a multiple of `span` are padded (a copy of q, k, v)."""
     @staticmethod
     def forward(ctx, q, k, v, bias, span):
         b, _, t, _ = q.shape
         n = -(-t // span)
         qp, kp, vp = (_pad_time(x, n * span) for x in (q, k, v))
-        first, near = _near_biases(bias, span, q.dtype)
-        out, lse, t0, m0 = _fused_forward(*(x[:, :, :span].contiguous() for x in (qp, kp, vp)), first, True)
+        own, before = _near_biases(bias, span, q.dtype)
+        out, lse, t0, m0 = _fused_forward(*(_blocks(x, span) for x in (qp, kp, vp)), own, True)
+        out, lse = _unblocks(out, b), _unblocks(lse, b)  # out: the kernel's own buffer, merged into in place below
         tn, mn, tf, mf = (), None, (), None
         acc = torch.promote_types(q.dtype, torch.float32)
-        out, lse = out.to(acc), lse.to(acc)
+        lse = lse.to(acc)
         if n > 1:
-            out_n, lse_n, tn, mn = _fused_forward(_blocks_to_batch(qp[:, :, span:], span), _windows(kp, span),
-                                                  _windows(vp, span), near, False)
-            out_f, lse_f, tf, mf = _fused_forward(*(x.contiguous() for x in (qp[:, :, span:], kp[:, :, :-span],
-                                                                          vp[:, :, :-span])), None, True)
-            out_n, lse_n = _batch_to_blocks(out_n, b).to(acc), _batch_to_blocks(lse_n, b).to(acc)
-            lse_r = torch.logaddexp(lse_n, lse_f.to(acc))
-            out_r = out_n * (lse_n - lse_r).exp()[..., None] + out_f.to(acc) * (lse_f.to(acc) - lse_r).exp()[..., None]
-            out, lse = torch.cat([out, out_r], 2), torch.cat([lse, lse_r], 2)
-        out = out.to(q.dtype)
-        # q, k, v and the output are held for the band step anyway: the padded copies and the biases are redone
+            rest = (qp[:, :, span:], kp[:, :, :-span], vp[:, :, :-span])  # query i, key i - span: views
+            out_n, lse_n, tn, mn = _fused_forward(*(_blocks(x, span) for x in rest), before, False)
+            out_f, lse_f, tf, mf = _fused_forward(*rest, None, True)
+            lse_o, lse_n, lse_f = lse[..., span:], _unblocks(lse_n, b).to(acc), lse_f.to(acc)
+            lse_r = torch.logaddexp(torch.logaddexp(lse_o, lse_n), lse_f)
+            out_r = out[:, :, span:]
+            merged = out_r * (lse_o - lse_r).exp()[..., None]  # in `acc`: one temporary, the rest in place
+            merged.addcmul_(_unblocks(out_n, b), (lse_n - lse_r).exp()[..., None])
+            out_r.copy_(merged.addcmul_(out_f, (lse_f - lse_r).exp()[..., None]))
+            lse[..., span:] = lse_r
+        # q, k, v and the output are held for the band step anyway: padded copies and the biases are redone
         ctx.save_for_backward(q, k, v, bias, out, lse, *t0, *tn, *tf)
         ctx.span, ctx.t, ctx.meta, ctx.n_states = span, t, (m0, mn, mf), (len(t0), len(tn))
-        lse_out = lse[..., :t].contiguous()
+        lse_out = lse[..., :t]
         ctx.mark_non_differentiable(lse_out)
         return out[:, :, :t], lse_out
 
@@ -270,22 +275,19 @@ class _SplitAttention(torch.autograd.Function):
         t0, tn, tf = states[:n0], states[n0:n0 + nn], states[n0 + nn:]
         b, _, tp, _ = out.shape
         qp, kp, vp, d_out = (_pad_time(x, tp) for x in (q, k, v, d_out.to(q.dtype)))
-        first, near = _near_biases(bias, span, q.dtype)
-        dq, dk, dv = (F.pad(x, (0, 0, 0, tp - span)) for x in _fused_backward(
-            *(x[:, :, :span].contiguous() for x in (d_out, qp, kp, vp, out)), lse[..., :span].contiguous(), first,
-            True, t0, m0))
+        own, before = _near_biases(bias, span, q.dtype)
+        # the kernels differentiate at the merged output and log-sum-exp: each call returns its share of the gradients
+        dq, dk, dv = (_unblocks(x, b) for x in _fused_backward(
+            *(_blocks(x, span) for x in (d_out, qp, kp, vp, out)), _blocks(lse, span).contiguous(), own, True, t0, m0))
         if mn is not None:
-            rest = (_blocks_to_batch(x[:, :, span:], span) for x in (d_out, qp))
-            dqn, dkw, dvw = _fused_backward(*rest, _windows(kp, span), _windows(vp, span),
-                                            _blocks_to_batch(out[:, :, span:], span),
-                                            _blocks_to_batch(lse[..., span:], span).contiguous(),
-                                            near, False, tn, mn)
-            far = (d_out[:, :, span:], qp[:, :, span:], kp[:, :, :-span], vp[:, :, :-span], out[:, :, span:],
-                   lse[..., span:])
-            dqf, dkf, dvf = _fused_backward(*(x.contiguous() for x in far), None, True, tf, mf)
-            dq = dq + F.pad(_batch_to_blocks(dqn, b) + dqf, (0, 0, span, 0))
-            dk = dk + _unwindow(dkw, b, span) + F.pad(dkf, (0, 0, 0, span))
-            dv = dv + _unwindow(dvw, b, span) + F.pad(dvf, (0, 0, 0, span))
+            rest = (d_out[:, :, span:], qp[:, :, span:], kp[:, :, :-span], vp[:, :, :-span], out[:, :, span:])
+            lse_r = lse[..., span:]
+            grads_n = _fused_backward(*(_blocks(x, span) for x in rest), _blocks(lse_r, span).contiguous(), before,
+                                      False, tn, mn)
+            grads_f = _fused_backward(*rest, lse_r.contiguous(), None, True, tf, mf)
+            dq[:, :, span:].add_(_unblocks(grads_n[0], b)).add_(grads_f[0])  # in place: the gradients' own buffers
+            for grad, g_n, g_f in ((dk, grads_n[1], grads_f[1]), (dv, grads_n[2], grads_f[2])):
+                grad[:, :, :-span].add_(_unblocks(g_n, b)).add_(g_f)
         t = ctx.t
         return dq[:, :, :t], dk[:, :, :t], dv[:, :, :t], None, None
 

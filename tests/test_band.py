@@ -12,6 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from depthnb.band import (BAND_COMPOSITION_ENV, BAND_STEP_CONFIGS, CPU_STAND_INS, DTYPE_KEYS, KERNELS, aligned_causal,
                           band_attention, band_bias_grad, band_bias_grad_triton, band_step_autotuned, band_step_kernel,
@@ -95,6 +96,47 @@ def test_band_step_tunes_per_dtype():
     "The autotuner keys its choice on the inputs' dtype too (bf16 and fp16 pick apart), whatever Triton does itself."
     assert band_step_autotuned().keys == ["n_bh", "t", "w", "D", "dtype_key"]
     assert "dtype_key" in band_step_kernel().arg_names and len(set(DTYPE_KEYS.values())) == len(DTYPE_KEYS)
+
+
+class Allocations(TorchDispatchMode):
+    """Tensors shaped like q (last dim `d`, at least `numel` elements) that ops other than the fused CPU kernel
+    allocate: copies and temporaries, not views, not in-place results, not what the kernel itself returns."""
+    FUSED = (torch.ops.aten._scaled_dot_product_flash_attention_for_cpu,
+             torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward)
+
+    def __init__(self, d: int, numel: int):
+        super().__init__()
+        self.d, self.numel, self.sizes = d, numel, []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if func.overloadpacket in self.FUSED or func.overloadpacket is torch.ops.aten._unsafe_view:  # a view
+            return out
+        for ret, x in zip(func._schema.returns, out if isinstance(out, (tuple, list)) else (out,)):
+            if isinstance(x, torch.Tensor) and ret.alias_info is None and x.shape[-1] == self.d and x.numel() >= self.numel:
+                self.sizes.append(x.numel())
+        return out
+
+
+@pytest.mark.parametrize("t, forward, backward", [(512, 3 * 3 + 3, 5 * 3), (500, 3 * 4 + 3 * 3 + 3, 4 * 4 + 5 * 3)])
+def test_split_kernel_copies(t, forward, backward):
+    """What the split kernel allocates beside the fused calls, in quarters of a (b, h, t, d) tensor (4 blocks), with
+    q, k, v in the model's layout: forward, the shifted blocks' q, k, v (3/4 each) and the merge's one temporary;
+    backward, the shifted blocks' dO, q, k, v and O. With a ragged end, padded copies (4/4) of q, k, v (and dO)."""
+    b, h, d = 2, 4, 64
+    torch.manual_seed(t)
+    q, k, v, d_out = (torch.randn(b, t, h, d, dtype=torch.float64).transpose(1, 2).requires_grad_(i < 3)
+                      for i in range(4))
+    bias, quarter = F.pad(torch.randn(h, 113, dtype=torch.float64), (0, t - 113)), b * h * 128 * d  # the band
+    with Allocations(d, quarter) as fwd:
+        out, lse = KERNELS["split"](q, k, v, bias)
+    with Allocations(d, quarter) as bwd:
+        grads = torch.autograd.grad(out, (q, k, v), d_out)
+    assert (sum(fwd.sizes) / quarter, sum(bwd.sizes) / quarter) == pytest.approx((forward, backward), rel=0.03), \
+        (fwd.sizes, bwd.sizes)
+    ref = dense_kernel(q, k, v, bias)[0]
+    for mine, theirs in zip(grads, torch.autograd.grad(ref, (q, k, v), d_out)):
+        torch.testing.assert_close(mine, theirs, rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.slow  # compiling: ~15 s on two cores
