@@ -3,6 +3,7 @@
 
     python3 benchmarks/attention_check.py                  # CUDA: the check, then `depthnb bench` at 134M and 374M
     python3 benchmarks/attention_check.py --device cpu --shrink --no-bench   # a rehearsal at small shapes
+    python3 benchmarks/attention_check.py --pick A.json,B.json --bench-parts profile   # bench earlier checks' picks
 
 For each attention variant at the 134M and 374M attention shapes (one layer's call, as the model makes it):
 1. which kernel it runs (SDPA's backend choice, or the kernel a band variant names);
@@ -17,8 +18,10 @@ configuration Triton's autotuner chose, then each configuration it chooses among
 is not its kernel. The `-triton` variants take the band step in Triton instead of PyTorch.
 Then `depthnb bench` runs at 134M × 12 (16 × 1024 tokens) and 374M × 24 (the paper batch), each with a per-operator
 profile of a training step, for the fastest correct band variant against the reference (`--bench-shapes`: which of the
-two), appending to the results file. The check's own tables are appended there too
-and written as JSON to --out.
+two; `--bench-parts`: which of its parts), appending to the results file. The check's own tables are appended there
+too and written as JSON to --out, after every row (with "complete": false until the check ends), so that a run cut
+short leaves what it measured. `--pick` skips the check: each earlier check's JSON names its shapes and its fastest
+correct variant, and `depthnb bench` runs those (the GPU plan profiles in a later stage what its first job picked).
 """
 from __future__ import annotations
 
@@ -237,12 +240,22 @@ def markdown_table(rows: list[dict], columns: list[str]) -> str:
     return "\n".join(lines)
 
 
+def write_json(result: dict, out: Path) -> None:
+    "The check's JSON in `out`, written atomically (a run cut short leaves the last whole version)."
+    tmp = out / "attention_check.json.tmp"
+    tmp.write_text(json.dumps(result, indent=1))
+    os.replace(tmp, out / "attention_check.json")
+
+
 def run_check(args) -> dict:
     device = torch.device(args.device)
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     t, batch = (256, 1) if args.shrink else (N_CTX, BATCH)
     lengths = args.lengths or (SHRUNK_LENGTHS if args.shrink else LENGTHS)
     rows = []
+    result = dict(device=torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU",
+                  torch=torch.__version__, dtype=str(dtype).removeprefix("torch."), t=t, batch=batch,
+                  lengths=list(lengths), block=BLOCK, rows=rows, complete=False)
     for size_class in args.shapes:
         for name in args.variants:
             row = dict(shape=size_class, variant=name)
@@ -254,7 +267,10 @@ def run_check(args) -> dict:
                     view = model_view(size_class, name, t, device)
                     q = torch.randn(1, sc.n_heads, t, sc.d_attn // sc.n_heads, device=device, dtype=dtype)
                     row["backend"] = backend(name, q, q, q, view)
-                    row.update(check_lengths(name, size_class, lengths, min(batch, 2), device, dtype, options))
+                    # flex compiles for each length (dynamic=False): on CUDA its check keeps to the first (the CUDA
+                    # tests check it at 1,024 and 1,000)
+                    these = lengths[:1] if "flex" in name and device.type == "cuda" else lengths
+                    row.update(check_lengths(name, size_class, these, min(batch, 2), device, dtype, options))
                     errs = [row[k] for k in ("out", "dq", "dk", "dv", "dtable") if row.get(k) is not None]
                     row["correct"] = all(e < args.tolerance for e in errs)
                     row.update(time_call(name, size_class, t, batch, device, dtype, args.iters, options))
@@ -264,6 +280,7 @@ def run_check(args) -> dict:
                     row["error"] = f"{type(exc).__name__}: {first}" if first else type(exc).__name__
             print(json.dumps(row), flush=True)
             rows.append(row)
+            write_json(result, Path(args.out))
         if any(name in BAND_IMPLS for name in args.variants):  # how much of a band variant's time is the band step
             steps = {"PyTorch (eager)": band_bias_grad, "Triton": band_bias_grad_triton,
                      **{f"Triton {c.block_m}×{c.block_n}, {c.warps} warps{', unrolled' if c.unroll else ''}":
@@ -278,14 +295,14 @@ def run_check(args) -> dict:
                     row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}"
                 print(json.dumps(row), flush=True)
                 rows.append(row)
+                write_json(result, Path(args.out))
     for size_class in args.shapes:  # time ratios against the no-bias reference of the same shape, same run
         ref = next((r for r in rows if r["shape"] == size_class and r["variant"] == "reference" and "ms" in r), None)
         for r in rows:
             if r["shape"] == size_class and ref is not None and "ms" in r:
                 r["speed_vs_reference"] = ref["ms"] / r["ms"]
-    return dict(device=torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU",
-                torch=torch.__version__, dtype=str(dtype).removeprefix("torch."), t=t, batch=batch,
-                lengths=list(lengths), block=BLOCK, rows=rows)
+    result["complete"] = True
+    return result
 
 
 def fastest_correct(result: dict) -> str | None:
@@ -312,16 +329,40 @@ def record_check(result: dict, path: Path, best: str | None) -> None:
     path.write_text((path.read_text() if path.exists() else "") + text)
 
 
-def run_bench(best: str, args) -> int:
-    "`depthnb bench` at each shape for `best` against the reference, appended to the results file."
+def run_bench(best: str, args, shapes=None) -> int:
+    "`depthnb bench` at each shape (default --bench-shapes) for `best` against the reference, appended to the results file."
     rc = 0
-    for size_class in args.bench_shapes:
-        flags = [*SHRUNK_BENCH, "--parts", SHRUNK_PARTS[size_class]] if args.shrink else BENCH[size_class]
+    for size_class in shapes or args.bench_shapes:
+        flags = [*SHRUNK_BENCH, "--parts", SHRUNK_PARTS[size_class]] if args.shrink else list(BENCH[size_class])
+        if args.bench_parts:  # the parts asked for instead of the shape's own
+            flags[flags.index("--parts") + 1] = args.bench_parts
         cmd = [sys.executable, "-c", "import sys; from depthnb.cmd_bench import cli_bench; sys.exit(cli_bench(sys.argv[1:]))",
                "--device", args.device, *flags, "--attn-impl", best, "--record", str(args.record),
                "--json", str(Path(args.out) / f"bench_{size_class}.json"), "--note", f"attention check: {best}"]
         print("running:", " ".join(cmd[3:]), flush=True)
         rc = subprocess.run(cmd, cwd=ROOT).returncode or rc
+    return rc
+
+
+def bench_picks(args) -> int:
+    "`--pick`: `depthnb bench` for each earlier check's fastest correct variant at its shapes; 1 where one has none."
+    rc = 0
+    for path in args.pick.split(","):
+        try:
+            result = json.loads(Path(path).read_text())
+        except (OSError, ValueError) as exc:
+            print(f"attention_check.py: --pick {path}: {type(exc).__name__}: no check to bench", file=sys.stderr)
+            rc = 1
+            continue
+        shapes = [s for s in dict.fromkeys(r["shape"] for r in result["rows"]) if s in SHAPES]
+        best = result.get("fastest_correct")
+        if best is None or not shapes:
+            print(f"attention_check.py: --pick {path}: no correct band variant at {shapes}: nothing to bench",
+                  file=sys.stderr)
+            rc = 1
+            continue
+        print(f"{path}: fastest correct band variant at {', '.join(shapes)}: {best}", flush=True)
+        rc = run_bench(best, args, shapes) or rc
     return rc
 
 
@@ -339,6 +380,10 @@ def parse_args(argv=None):
     ap.add_argument("--record", default="benchmarks/RESULTS.md", help="results file to append to")
     ap.add_argument("--out", default="runs/bench", help="folder for attention_check.json and the bench JSON")
     ap.add_argument("--no-bench", dest="bench", action="store_false", help="skip `depthnb bench`")
+    ap.add_argument("--bench-parts", help="`depthnb bench --parts` at every bench shape (default: each shape's own: "
+                    + "; ".join(f"{k} {v[v.index('--parts') + 1]}" for k, v in BENCH.items()) + ")")
+    ap.add_argument("--pick", help="comma-separated attention_check.json files of earlier checks: no check; "
+                                   "`depthnb bench` at each one's shapes for its fastest correct variant")
     args = ap.parse_args(argv)
     args.shapes, args.variants = args.shapes.split(","), args.variants.split(",")
     args.bench_shapes = args.bench_shapes.split(",") if args.bench_shapes else args.shapes
@@ -376,11 +421,13 @@ def compositions(device: str):
 def main(argv=None) -> int:
     args = parse_args(argv)
     Path(args.out).mkdir(parents=True, exist_ok=True)
+    if args.pick:
+        return bench_picks(args)
     with compositions(args.device):
         result = run_check(args)
     best = fastest_correct(result)
     result["fastest_correct"] = best
-    (Path(args.out) / "attention_check.json").write_text(json.dumps(result, indent=1))
+    write_json(result, Path(args.out))
     record_check(result, ROOT / args.record if not Path(args.record).is_absolute() else Path(args.record), best)
     print(f"fastest correct band variant: {best or 'none'}", flush=True)
     if not args.bench:
