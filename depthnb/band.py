@@ -8,18 +8,20 @@ from __future__ import annotations
 import functools
 import importlib.util
 import os
+from dataclasses import dataclass
 from typing import Callable, NamedTuple
 
 import torch
 import torch.nn.functional as F
-from torch.nn.attention.flex_attention import AuxRequest, BlockMask, flex_attention
+from torch.nn.attention.flex_attention import AuxRequest, BlockMask, create_block_mask, flex_attention
 
 # %% auto #0
 __all__ = ['HOPPER_FLEX_OPTIONS', 'NEAR_MASK', 'KERNELS', 'HAS_TRITON', 'BAND_STEP_CONFIGS', 'DTYPE_KEYS', 'BAND_COMPOSITION_ENV',
            'CPU_STAND_INS', 'band_width', 'band_bias_grad', 'causal_bias', 'dense_kernel', 'cpu_kernel',
            'aligned_causal', 'cudnn_kernel', 'efficient_kernel', 'bias_score_mod', 'flex_kernel_options', 'flex_kernel',
            'split_span', 'split_kernel', 'band_attention', 'BandStepConfig', 'band_step_kernel', 'band_step_autotuned',
-           'band_step_launch', 'band_bias_grad_triton', 'band_variant']
+           'band_step_launch', 'band_bias_grad_triton', 'band_variant', 'PassMask', 'pass_block_mask', 'masked_kernel',
+           'band_bias_grad_masked']
 
 # %% ../nbs/02g_band.ipynb #ad751b0c
 def band_width(buckets: torch.Tensor, n_buckets: int) -> int | None:
@@ -38,10 +40,11 @@ def _diagonals(m: torch.Tensor, w: int) -> torch.Tensor:
     return m.as_strided((*lead, n, w), strides)
 
 
-def band_bias_grad(q, k, v, out, lse, d_out, w: int, scale: float, bias: torch.Tensor, block: int = 128) -> torch.Tensor:
+def band_bias_grad(q, k, v, out, lse, d_out, w: int, scale: float, bias: torch.Tensor, block: int = 128,
+                   key_real: torch.Tensor | None = None) -> torch.Tensor:
     """Gradient (h, w) of the loss with respect to an additive bias[h, i - j] on distances 0 … w-1 of causal attention
     softmax(q kᵀ·scale + bias) v with output `out` and log-sum-exp `lse` (b, h, t), given `d_out`; `bias` (h, w): the
-    bias the kernel added on the band."""
+    bias the kernel added on the band. `key_real` (b, t): keys that are not padding (a query still sees itself)."""
     b, h, t, d = q.shape
     width, w = w, min(w, t)  # distances >= t do not occur: their gradient is 0
     acc = torch.promote_types(q.dtype, torch.float32)  # fp32 temporaries (fp64 stays fp64)
@@ -61,7 +64,11 @@ def band_bias_grad(q, k, v, out, lse, d_out, w: int, scale: float, bias: torch.T
     strip = bias[:, :w].to(acc).flip(-1)[None, :, None, None]  # strip index e is distance w - 1 - e
     ds = torch.exp(scores * scale + strip - lse) * (dp - delta)
     key = torch.arange(n * block, device=q.device).view(n, block, 1) - pad + torch.arange(w, device=q.device)
-    grad = ds.masked_fill(key < 0, 0).sum((0, 2, 3))  # keys before position 0 are padding
+    ds = ds.masked_fill(key < 0, 0)  # keys before position 0 are padding
+    if key_real is not None:  # padding keys: not seen, but by themselves (distance 0: strip index w - 1)
+        hidden = ~F.pad(key_real.bool(), (pad, tail))[:, key + pad]  # (b, n, block, w)
+        ds = ds.masked_fill(hidden.index_fill(-1, torch.tensor([w - 1], device=q.device), False)[:, None], 0)
+    grad = ds.sum((0, 2, 3))
     return F.pad(grad.flip(-1), (0, width - w))
 
 # %% ../nbs/02g_band.ipynb #29636309
@@ -321,11 +328,14 @@ class _BandBiasGrad(torch.autograd.Function):
 
 
 def band_attention(q, k, v, band: torch.Tensor, kernel: Callable = dense_kernel, block_mask: BlockMask | None = None,
-                   step: Callable = band_bias_grad, **kernel_kwargs) -> torch.Tensor:
+                   step: Callable = band_bias_grad, mask: "PassMask | None" = None, **kernel_kwargs) -> torch.Tensor:
     """Causal attention of (b, h, t, d) q, k, v with the additive bias band[h, i - j] for 0 <= i - j < W and 0
     beyond (`band`: (h, W), a gradient if it needs one), the bias detached in `kernel` and its gradient from the band
-    `step` (`band_bias_grad` or `band_bias_grad_triton`)."""
+    `step` (`band_bias_grad` or `band_bias_grad_triton`). `mask`: a prefix-LM or padded pass (`PassMask`), with
+    `masked_kernel` and `band_bias_grad_masked`, both of which take it."""
     t = q.shape[-2]
+    if mask is not None:
+        kernel_kwargs, step = {"mask": mask, **kernel_kwargs}, functools.partial(step, mask=mask)
     flat = F.pad(band.detach(), (0, max(t - band.shape[-1], 0)))[:, :t].contiguous()
     if kernel is split_kernel:  # its near part must cover the band
         kernel_kwargs = {"span": split_span(band.shape[-1]), **kernel_kwargs}
@@ -483,4 +493,78 @@ def band_variant(impl: str, device_type: str, composition: bool | None = None) -
                                "TRITON_INTERPRET=1 before Triton is first imported")
         kernel = CPU_STAND_INS[kernel]
     return kernel, band_bias_grad_triton if triton else band_bias_grad
+
+
+# %% ../nbs/02g_band.ipynb #b1a0c022
+@dataclass
+class PassMask:
+    """Who sees whom in a pass that is not plainly causal: the first `prefix_len[b]` positions of sequence b both ways
+    (a prefix LM; None: causal), and only keys with `key_real[b, j]` (padding: False; a query still sees itself)."""
+    prefix_len: torch.Tensor | None = None
+    key_real: torch.Tensor | None = None
+
+    def allows(self, b, q_idx, kv_idx):
+        "The rule, elementwise (FlexAttention's `mask_mod` signature)."
+        ok = kv_idx <= q_idx
+        if self.prefix_len is not None:
+            n = self.prefix_len[b]
+            ok = ok | ((q_idx < n) & (kv_idx < n))
+        if self.key_real is not None:
+            ok = ok & (self.key_real[b, kv_idx] | (kv_idx == q_idx))
+        return ok
+
+    def allowed(self, t: int, device) -> torch.Tensor:
+        "The rule as a (b, 1, t, t) boolean tensor."
+        ref = self.prefix_len if self.prefix_len is not None else self.key_real
+        i, j = torch.arange(t, device=device), torch.arange(t, device=device)
+        b = torch.arange(len(ref), device=device)
+        return self.allows(b[:, None, None], i[None, :, None], j[None, None, :])[:, None]
+
+
+def pass_block_mask(mask: PassMask, t: int, device) -> BlockMask:
+    "FlexAttention's `BlockMask` of `mask` for a length-`t` pass."
+    ref = mask.prefix_len if mask.prefix_len is not None else mask.key_real
+    return create_block_mask(lambda b, h, q_idx, kv_idx: mask.allows(b, q_idx, kv_idx), len(ref), None, t, t,
+                             device=device)
+
+
+def masked_kernel(q, k, v, bias, block_mask: BlockMask | None = None, mask: PassMask | None = None, **kwargs):
+    """Attention under `mask` with the detached `bias[h, max(i - j, 0)]`: (out, lse). CUDA: `flex_kernel` under
+    `block_mask` (`pass_block_mask(mask, …)`); the CPU: SDPA's fused CPU kernel with a dense additive mask."""
+    if q.device.type == "cuda":
+        return flex_kernel(q, k, v, bias, block_mask, **kwargs)
+    t = q.shape[-2]
+    dense = causal_bias(bias, t, q.dtype).masked_fill(~mask.allowed(t, q.device), float("-inf"))
+    return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, False, attn_mask=dense)
+
+
+def _upper_grad(q, k, v, out, lse, d_out, scale: float, c: torch.Tensor, mask: PassMask, block: int = 128):
+    """Σ dS over the keys after each query inside its prefix, per head (h,): there the bias is the one `c[h]`."""
+    b, h, t, _ = q.shape
+    acc = torch.promote_types(q.dtype, torch.float32)
+    grad = torch.zeros(h, dtype=acc, device=q.device)
+    n = mask.prefix_len[:, None, None, None]
+    for i0 in range(0, t - 1, block):  # every block, not just the longest prefix's: no host sync (torch.compile)
+        i1 = min(i0 + block, t)
+        rows, cols = torch.arange(i0, i1, device=q.device)[:, None], torch.arange(i0 + 1, t, device=q.device)
+        upper = (cols > rows) & (cols < n) & (rows < n)  # (b, 1, r, c)
+        if mask.key_real is not None:
+            upper = upper & mask.key_real.bool()[:, None, None, i0 + 1:]
+        qi, do, oi = (x[:, :, i0:i1].to(acc) for x in (q, d_out, out))
+        s = qi @ k[:, :, i0 + 1:].to(acc).transpose(-1, -2) * scale + c.to(acc)[None, :, None, None]
+        p = torch.exp(s - lse[:, :, i0:i1, None].to(acc)).masked_fill(~upper, 0)
+        dp = do @ v[:, :, i0 + 1:].to(acc).transpose(-1, -2)
+        grad += (p * (dp - (do * oi).sum(-1, keepdim=True))).sum((0, 2, 3))
+    return grad
+
+
+def band_bias_grad_masked(q, k, v, out, lse, d_out, w: int, scale: float, bias: torch.Tensor, mask: PassMask,
+                          block: int = 128) -> torch.Tensor:
+    """`band_bias_grad` of a pass under `mask`: the band below the diagonal without padding keys, and (a prefix)
+    the keys after the query in it, whose bias is the band's at distance 0."""
+    grad = band_bias_grad(q, k, v, out, lse, d_out, w, scale, bias, block, key_real=mask.key_real)
+    if mask.prefix_len is not None and w > 0:
+        grad = grad.index_add(1, torch.tensor([0], device=q.device),
+                              _upper_grad(q, k, v, out, lse, d_out, scale, bias[:, 0], mask, block)[:, None])
+    return grad
 

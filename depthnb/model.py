@@ -16,7 +16,8 @@ from fastcore.basics import patch
 from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex_attention
 from torch.utils.checkpoint import checkpoint
 
-from .band import HAS_TRITON, KERNELS, band_attention, band_bias_grad, band_variant, band_width
+from .band import (HAS_TRITON, KERNELS, PassMask, band_attention, band_bias_grad, band_bias_grad_masked, band_variant,
+                          band_width, masked_kernel, pass_block_mask)
 from .config import BAND_IMPLS, ModelConfig, resolve_attn_impl
 from .inference import KVCache, greedy_generate
 
@@ -77,11 +78,13 @@ class FlexMask:
 
 @dataclass
 class BandMask:
-    "What band attention needs: the shifted bias on its band (n_heads, W), the kernel, (flex) the causal `BlockMask`, the band step."
+    """What band attention needs: the shifted bias on its band (n_heads, W), the kernel, (flex) the `BlockMask`, the band
+    step, and (a prefix LM or a padded pass) its `PassMask`."""
     band: torch.Tensor
     kernel: object
     block_mask: BlockMask | None = None
     step: object = band_bias_grad
+    mask: PassMask | None = None
 
 
 @dataclass
@@ -136,7 +139,7 @@ def attend(q, k, v, mask) -> torch.Tensor:
     if isinstance(mask, FlexMask):
         return flex_attend(q, k, v, mask)
     if isinstance(mask, BandMask):
-        return band_attention(q, k, v, mask.band, mask.kernel, mask.block_mask, mask.step)
+        return band_attention(q, k, v, mask.band, mask.kernel, mask.block_mask, mask.step, mask.mask)
     if isinstance(mask, str):
         return F.scaled_dot_product_attention(q, k, v, is_causal=True)
     if isinstance(mask, PrefixMask):  # prefix queries see later keys: the causal split below would drop them
@@ -332,10 +335,14 @@ def flex_mask(model: DecoderLM, n: int, device, prefix_len: torch.Tensor | None 
     return FlexMask(block, bias)
 
 
-def band_mask(model: DecoderLM, n: int, device) -> BandMask:
-    "The `BandMask` of a causal length-`n` pass: the bias by distance on the band minus the last bucket's, and the kernel."
+def band_mask(model: DecoderLM, n: int, device, mask: PassMask | None = None) -> BandMask:
+    """The `BandMask` of a length-`n` pass (causal, or under `mask`: a prefix LM, padding): the bias by distance on the
+    band minus the last bucket's, and the kernel."""
     rel = model.rel_bias
     band = rel.by_distance(model.band_width, device) - rel.table.weight[-1][:, None]
+    if mask is not None:  # per-sequence masks: FlexAttention on CUDA, the fused CPU kernel here; the PyTorch step
+        block = pass_block_mask(mask, n, device) if torch.device(device).type == "cuda" else None
+        return BandMask(band, masked_kernel, block, band_bias_grad_masked, mask)
     impl = resolve_attn_impl(model.cfg.attn_impl, "cuda")
     if model.cfg.attn_impl == "auto" and not HAS_TRITON:  # a CUDA build of PyTorch without Triton
         impl = impl.removesuffix("-triton")
@@ -347,6 +354,10 @@ def band_mask(model: DecoderLM, n: int, device) -> BandMask:
 def layer_mask(model: DecoderLM, q_pos, k_pos, key_padding=None, dtype=torch.float32, prefix_len=None):
     "What every layer attends with: a `FlexMask`, `BandMask`, `CAUSAL`, the additive `attention_mask_bias`, or (a prefix) `PrefixMask`."
     impl = resolve_attn_impl(model.cfg.attn_impl, q_pos.device.type)
+    if (prefix_len is not None or key_padding is not None) and len(q_pos) == len(k_pos) and impl in BAND_IMPLS \
+            and model.band_width is not None:  # a prefix LM (UL2) or a padded pass, no cached prefix: band attention
+        return band_mask(model, len(q_pos), q_pos.device, PassMask(prefix_len, None if key_padding is None
+                                                                   else key_padding.bool()))
     if prefix_len is not None:
         if key_padding is None and impl == "flex" and q_pos.device.type == "cuda":
             return flex_mask(model, len(q_pos), q_pos.device, prefix_len)

@@ -14,11 +14,13 @@ import torch.nn.functional as F
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from depthnb.band import (BAND_COMPOSITION_ENV, BAND_STEP_CONFIGS, CPU_STAND_INS, DTYPE_KEYS, KERNELS, aligned_causal,
-                          band_attention, band_bias_grad, band_bias_grad_triton, band_step_autotuned, band_step_kernel,
-                          band_step_launch, band_variant, band_width, bias_score_mod, cpu_kernel, dense_kernel)
+import depthnb.model
+from depthnb.band import (BAND_COMPOSITION_ENV, BAND_STEP_CONFIGS, CPU_STAND_INS, DTYPE_KEYS, KERNELS, PassMask,
+                          aligned_causal, band_attention, band_bias_grad, band_bias_grad_masked, band_bias_grad_triton,
+                          band_step_autotuned, band_step_kernel, band_step_launch, band_variant, band_width,
+                          bias_score_mod, causal_bias, cpu_kernel, dense_kernel, masked_kernel)
 from depthnb.config import BAND_IMPLS, ModelConfig
-from depthnb.model import BandMask, DecoderLM, PrefixMask, layer_mask, relative_position_bucket
+from depthnb.model import BandMask, DecoderLM, layer_mask, relative_position_bucket
 from depthnb.presets import CPU_CLASS, PRESETS, SAUNSHI_CLASSES, SIZE_CLASSES, TINY_CLASS, resolve_size_class
 
 CLASSES = [*SIZE_CLASSES.values(), *SAUNSHI_CLASSES.values(), *map(resolve_size_class, (TINY_CLASS, CPU_CLASS))]
@@ -37,10 +39,10 @@ def values_and_grads(fn, q, k, v, band, d_out):
     return [out.detach()] + [x.grad for x in leaves]
 
 
-def assert_matches(fn, q, k, v, band, d_out, eps):
+def assert_matches(fn, q, k, v, band, d_out, eps, ref=dense_attention):
     names = ("output", "dq", "dk", "dv", "dband")
     for name, mine, ref in zip(names, values_and_grads(fn, q, k, v, band, d_out),
-                               values_and_grads(dense_attention, q, k, v, band, d_out)):
+                               values_and_grads(ref, q, k, v, band, d_out)):
         err = (mine - ref).abs().max().item() / max(1.0, ref.abs().max().item())
         assert err < eps, f"{name}: relative error {err:.2e} >= {eps:.0e}"
 
@@ -194,6 +196,36 @@ def test_model_trains_as_the_dense_path(impl, composition, monkeypatch):
     model_trains_as_the_dense_path(impl)
 
 
+@pytest.mark.parametrize("impl", ["band-split", "band-cudnn-triton"])
+def test_prefix_lm_and_padded_batches_train_as_the_dense_path(impl, monkeypatch):
+    """UL2's prefix-LM batches (`prefix_len`, as `optim.train_step` hands them to the model) and a padded batch take
+    the band path: loss and every gradient equal the sdpa path's, in float32."""
+    cfg = ModelConfig(d_model=64, d_attn=64, n_heads=4, d_ff=96, n_layers=2, n_vocab=97, n_ctx=256)
+    torch.manual_seed(0)
+    dense, band = DecoderLM(cfg), DecoderLM(replace(cfg, attn_impl=impl))
+    band.load_state_dict(dense.state_dict())
+    tokens = torch.randint(0, cfg.n_vocab, (3, 230))
+    padding = torch.ones(3, 230, dtype=torch.long)
+    padding[2, 200:] = 0
+    calls = []
+
+    def counted(q, *a, **kw):
+        calls.append(q.shape)
+        return masked_kernel(q, *a, **kw)
+    monkeypatch.setattr(depthnb.model, "masked_kernel", counted)
+    for kwargs in (dict(prefix_len=torch.tensor([0, 57, 230])), dict(attention_mask=padding)):
+        losses, calls[:] = [], []
+        for m in (dense, band):
+            m.zero_grad()
+            loss = m(tokens, tokens, **kwargs)[1]
+            loss.backward()
+            losses.append(loss.item())
+        assert calls == [(3, 4, 230, 16)] * cfg.n_layers, calls  # each layer of the band model on the band path
+        assert losses[0] == pytest.approx(losses[1], rel=1e-6)
+        for (name, p), q in zip(band.named_parameters(), dense.parameters()):
+            torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-6, msg=lambda m: f"{name}: {m}")
+
+
 def check_model_compositions_interpreted():
     "What the next test runs in a fresh process under Triton's interpreter: the `-triton` variants' compositions."
     for impl in BAND_IMPLS:
@@ -213,6 +245,32 @@ def test_model_trains_as_the_dense_path_with_the_triton_step():
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-3000:]
 
 
+def masked_dense_attention(q, k, v, band, mask):
+    "The reference of a prefix-LM or padded pass: the bias along its diagonals (the distance-0 value after the query), -inf where the mask forbids."
+    t = q.shape[-2]
+    flat = F.pad(band, (0, max(t - band.shape[-1], 0)))[:, :t]
+    scores = q @ k.transpose(-1, -2) * q.shape[-1] ** -0.5 + causal_bias(flat, t, q.dtype)
+    return torch.softmax(scores.masked_fill(~mask.allowed(t, q.device), float("-inf")), -1) @ v
+
+
+@pytest.mark.parametrize("t", [37, 128, 300])  # shorter than the band, one block, not a multiple of it
+@pytest.mark.parametrize("dtype, eps", [(torch.float64, 1e-12), (torch.float32, 1e-5)])
+def test_prefix_and_padded_band_equal_dense(t, dtype, eps):
+    "Prefixes of several lengths (none, 1, within and beyond the band, the whole pass), padding keys, every head width."
+    for d in HEAD_WIDTHS:
+        torch.manual_seed(d + t)
+        q, k, v, d_out = (torch.randn(4, 2, t, d, dtype=dtype) for _ in range(4))
+        band = torch.randn(2, 113, dtype=dtype)
+        real = torch.ones(4, t, dtype=torch.bool)
+        real[1, :t // 3] = False  # left padding
+        real[3, t - t // 4:] = False  # right padding
+        lengths = [(0, 1, t // 2, t), (min(113, t), min(129, t), t - 1, 5)]
+        for prefix, key_real in ((lengths[0], None), (lengths[1], real), (None, real)):
+            mask = PassMask(None if prefix is None else torch.tensor(prefix), key_real)
+            assert_matches(lambda *a: band_attention(*a, kernel=masked_kernel, step=band_bias_grad_masked, mask=mask),
+                           q, k, v, band, d_out, eps, ref=lambda *a: masked_dense_attention(*a, mask))
+
+
 def test_exact_paths_where_the_identity_does_not_hold():
     cfg = ModelConfig(d_model=32, d_attn=32, n_heads=2, d_ff=48, n_layers=2, n_vocab=50, n_ctx=256, attn_impl="band-flex")
     torch.manual_seed(1)
@@ -220,10 +278,17 @@ def test_exact_paths_where_the_identity_does_not_hold():
     dense.load_state_dict(band.state_dict())
     pos = torch.arange(150)
     assert isinstance(layer_mask(band, pos, pos), BandMask)
-    assert isinstance(layer_mask(band, pos, pos, prefix_len=torch.tensor([20, 140])), PrefixMask)
-    assert isinstance(layer_mask(band, pos, pos, key_padding=torch.ones(2, 150)), torch.Tensor)
+    prefix = layer_mask(band, pos, pos, prefix_len=torch.tensor([20, 140]))  # UL2's passes: the band path
+    assert isinstance(prefix, BandMask) and prefix.kernel is masked_kernel and prefix.mask.prefix_len.tolist() == [20, 140]
+    padded = layer_mask(band, pos, pos, key_padding=torch.ones(2, 150))
+    assert isinstance(padded, BandMask) and padded.mask.key_real.all()
+    # a cached prefix (a decoding step: 1 query, 151 keys): the exact dense path
+    assert isinstance(layer_mask(band, pos[-1:], torch.arange(151), key_padding=torch.ones(2, 151)), torch.Tensor)
     prompt = torch.randint(0, cfg.n_vocab, (2, 150))
     assert torch.equal(band.generate(prompt, 8), dense.generate(prompt, 8))  # cached decoding: the dense path
+    padding = torch.ones(2, 150, dtype=torch.long)
+    padding[0, :30] = 0  # a left-padded prompt: its pass on the band path, its steps dense
+    assert torch.equal(band.generate(prompt, 8, attention_mask=padding), dense.generate(prompt, 8, attention_mask=padding))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         short = DecoderLM(replace(cfg, n_ctx=100))  # the last bucket starts at 113: no band below n_ctx
@@ -329,6 +394,28 @@ def test_cuda_kernels_match_fp32_dense(impl):
         for name, a, b in zip(("output", "dq", "dk", "dv", "dband"), mine, ref):
             err = ((a - b).norm() / b.norm()).item()
             assert err < 2e-2, f"{impl}, t {t}, d_head {d}, {name}: relative error {err:.2e}"
+
+
+@pytest.mark.gpu
+def test_cuda_prefix_and_padded_band_match_fp32_dense():
+    "On CUDA, in bf16: a prefix-LM and padded pass (FlexAttention under the pass's block mask, the masked band step)."
+    from depthnb.band import pass_block_mask
+    for t, d in ((t, d) for t in (1024, 1000) for d in HEAD_WIDTHS):
+        torch.manual_seed(d)
+        q, k, v, d_out = (torch.randn(3, 4, t, d, device="cuda") for _ in range(4))
+        band = torch.randn(4, 113, device="cuda")
+        real = torch.ones(3, t, dtype=torch.bool, device="cuda")
+        real[2, t - 100:] = False
+        mask = PassMask(torch.tensor([0, 300, t], device="cuda"), real)
+        block_mask = pass_block_mask(mask, t, "cuda")
+        mine = values_and_grads(lambda q, k, v, b: band_attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), b,
+                                                                  kernel=masked_kernel, block_mask=block_mask,
+                                                                  step=band_bias_grad_masked, mask=mask).float(),
+                                q, k, v, band, d_out)
+        ref = values_and_grads(lambda *a: masked_dense_attention(*a, mask), q, k, v, band, d_out)
+        for name, a, b in zip(("output", "dq", "dk", "dv", "dband"), mine, ref):
+            err = ((a - b).norm() / b.norm()).item()
+            assert err < 2e-2, f"t {t}, d_head {d}, {name}: relative error {err:.2e}"
 
 
 @pytest.mark.gpu
