@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import math
+import os
 import warnings
 from dataclasses import dataclass
 
@@ -25,7 +26,8 @@ from .inference import KVCache, greedy_generate
 __all__ = ['CAUSAL', 'CAUSAL_SPLIT_MIN_LEN', 'relative_position_bucket', 'RelativePositionBias', 'rope_rotate', 'FlexMask',
            'BandMask', 'PrefixMask', 'flex_attend', 'softmax_attention', 'causal_attention', 'attend', 'project',
            'Attention', 'GatedFFN', 'Layer', 'DecoderLM', 'attention_mask_bias', 'cache_masks', 'causal_block_mask',
-           'prefix_block_mask', 'flex_mask', 'band_mask', 'layer_mask', 'cross_entropy', 'extra_params']
+           'prefix_block_mask', 'flex_mask', 'band_mask', 'layer_mask', 'fused_linear_cross_entropy', 'cross_entropy',
+           'extra_params']
 
 # %% ../nbs/02_model.ipynb #d9e2b4dd
 def relative_position_bucket(distance: torch.Tensor, n_buckets: int = 32, max_distance: int = 128) -> torch.Tensor:
@@ -390,6 +392,26 @@ class _CrossEntropy(torch.autograd.Function):
         return grad_logits, None, None
 
 
+def fused_linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
+                               ignore_index: int = -100) -> torch.Tensor:
+    """`F.cross_entropy(hidden @ weight.T, targets)` (mean over targets != ignore_index) in liger-kernel's fused
+    projection and cross-entropy, which never holds the (n, V) logits: chunks of rows, their gradients computed in
+    the forward. Triton kernels: CUDA, or the CPU under Triton's interpreter (TRITON_INTERPRET=1)."""
+    if hidden.device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
+        raise RuntimeError("loss_impl='liger' runs liger-kernel's Triton kernels: on CUDA, or on the CPU under "
+                           "Triton's interpreter (TRITON_INTERPRET=1)")
+    try:
+        from liger_kernel.transformers.functional import liger_fused_linear_cross_entropy
+    except ImportError as e:
+        raise ImportError("loss_impl='liger' needs liger-kernel: pip install 'depthnb[gpu]'") from e
+    device = hidden.device.type
+    if torch.is_autocast_enabled(device):  # a custom function: autocast does not cast its inputs
+        dtype = torch.get_autocast_dtype(device)
+        hidden, weight = hidden.to(dtype), weight.to(dtype)
+    accum = torch.float32 if hidden.dtype in (torch.float16, torch.bfloat16) else None  # the gradients' sums in fp32
+    return liger_fused_linear_cross_entropy(hidden, weight, targets, ignore_index=ignore_index, accum_dtype=accum)
+
+
 def cross_entropy(logits: torch.Tensor, targets: torch.Tensor, ignore_index: int = -100) -> torch.Tensor:
     "`F.cross_entropy(logits, targets, ignore_index=ignore_index)` of (n, V) logits, with a one-pass backward."
     return _CrossEntropy.apply(logits, targets, ignore_index)
@@ -400,7 +422,8 @@ def forward(self: DecoderLM, idx: torch.Tensor, targets: torch.Tensor | None = N
              attention_mask: torch.Tensor | None = None, cache: KVCache | None = None,
              prefix_len: torch.Tensor | None = None):
     """Logits (b, t, n_vocab) and, if `targets` is given, the mean cross-entropy (ignore_index -100); the logits
-    then come back detached, for reading: the gradient flows through the loss. With a `cache`, `attention_mask`
+    then come back detached, for reading: the gradient flows through the loss (with `cfg.loss_impl="liger"` and
+    gradients on, None: the fused loss holds no logits). With a `cache`, `attention_mask`
     is read at the first call (the prompt); later positions are real tokens. `prefix_len` (b,): the first
     `prefix_len[i]` positions of sequence i attend to each other both ways (a prefix LM); None: causal."""
     start, t = (cache.length if cache is not None else 0), idx.shape[1]
@@ -422,6 +445,8 @@ def forward(self: DecoderLM, idx: torch.Tensor, targets: torch.Tensor | None = N
             x = layer(x, mask, q_pos, cache, i)
     if cache is not None:
         cache.length += t
+    if targets is not None and self.cfg.loss_impl == "liger" and torch.is_grad_enabled():  # training: no logits
+        return None, fused_linear_cross_entropy(self.norm(x).flatten(0, 1), self.lm_head.weight, targets.flatten())
     logits = self.lm_head(self.norm(x))
     if targets is None:
         return logits, None
