@@ -24,7 +24,7 @@ help:
 	@echo "make lab         JupyterLab on nbs/ with this environment as the kernel"
 	@echo "make readme      regenerate README.md from nbs/index.ipynb"
 	@echo "make gpu-prepare     build .gpu/ (data, wheels, plan) to carry to GPU jobs (benchmarks/README.md)"
-	@echo "make gpu-rehearsal   the GPU plan on the CPU at shrunk shapes: two jobs, a cut, the report"
+	@echo "make gpu-rehearsal   the GPU plan on the CPU at shrunk shapes: three jobs, a cut, the report"
 
 # --system-site-packages lets a PyTorch already installed for this python (a GPU build) be reused.
 $(BIN)/python:
@@ -96,7 +96,7 @@ clean:
 	rm -rf _proc _docs .pytest_cache
 
 # The GPU plan (benchmarks/README.md, "The GPU plan"): build the carried .gpu/ folder, or rehearse the whole
-# plan on the CPU at shrunk shapes (two simulated jobs, the first cut mid-pretraining; a few minutes).
+# plan on the CPU at shrunk shapes (three simulated jobs, the second cut mid-pretraining; a few minutes).
 gpu-prepare: install
 	$(BIN)/python benchmarks/gpu_plan.py prepare
 

@@ -29,7 +29,8 @@ setuptools.setup(
     package_data={"depthnb": ["lm_eval_tasks/*.yaml"]},  # depthnb's lm-eval task files (--include_path)
     install_requires=cfg.get("requirements", "").split(),
     extras_require={"dev": cfg.get("dev_requirements", "").split() + cfg.get("hf_requirements", "").split(),
-                    "hf": cfg.get("hf_requirements", "").split()},
+                    "hf": cfg.get("hf_requirements", "").split(),
+                    "gpu": cfg.get("gpu_requirements", "").split()},
     dependency_links=cfg.get("dep_links", "").split(),
     python_requires=">=" + cfg["min_python"],
     long_description=open("README.md", encoding="utf-8").read(),

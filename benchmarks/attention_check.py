@@ -3,25 +3,33 @@
 
     python3 benchmarks/attention_check.py                  # CUDA: the check, then `depthnb bench` at 134M and 374M
     python3 benchmarks/attention_check.py --device cpu --shrink --no-bench   # a rehearsal at small shapes
+    python3 benchmarks/attention_check.py --pick A.json,B.json --bench-parts profile   # bench earlier checks' picks
 
 For each attention variant at the 134M and 374M attention shapes (one layer's call, as the model makes it):
 1. which kernel it runs (SDPA's backend choice, or the kernel a band variant names);
 2. its values and the gradients of q, k, v and the bias table in bf16 against an fp32 dense reference on the same
-   device (relative error ‖a − b‖ / ‖b‖; a variant is correct when every error is under --tolerance);
+   device, at each of --lengths (1,024, 1,000 and 500 tokens: whole blocks, a ragged end, lengths not a multiple of 8
+   or of 128), each of the output and the q, k, v gradients compared per block of 128 tokens (relative error
+   ‖a − b‖ / ‖b‖ of the block; the table's gradient whole), so that one wrong block is not averaged away; a variant
+   is correct when every error is under --tolerance, and the worst block is named;
 3. forward + backward time per call and its peak memory above the inputs.
 And the band step alone at each shape (`band_bias_grad` eager, and on CUDA `band_bias_grad_triton`, with the launch
 configuration Triton's autotuner chose, then each configuration it chooses among): how much of a band variant's time
 is not its kernel. The `-triton` variants take the band step in Triton instead of PyTorch.
 Then `depthnb bench` runs at 134M × 12 (16 × 1024 tokens) and 374M × 24 (the paper batch), each with a per-operator
 profile of a training step, for the fastest correct band variant against the reference (`--bench-shapes`: which of the
-two), appending to the results file. The check's own tables are appended there too
-and written as JSON to --out.
+two; `--bench-parts`: which of its parts), appending to the results file. The check's own tables are appended there
+too and written as JSON to --out, after every row (with "complete": false until the check ends), so that a run cut
+short leaves what it measured. `--pick` skips the check: each earlier check's JSON names its shapes and its fastest
+correct variant, and `depthnb bench` runs those (the GPU plan profiles in a later stage what its first job picked).
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
+import os
 import subprocess
 import sys
 import time
@@ -33,8 +41,8 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # the checkout's depthnb, also where it is not installed
 
-from depthnb.band import (BAND_STEP_CONFIGS, band_attention, band_bias_grad, band_bias_grad_triton,  # noqa: E402
-                          band_step_autotuned, band_step_launch, band_width)
+from depthnb.band import (BAND_COMPOSITION_ENV, BAND_STEP_CONFIGS, band_attention, band_bias_grad,  # noqa: E402
+                          band_bias_grad_triton, band_step_autotuned, band_step_launch, band_variant, band_width)
 from depthnb.config import BAND_IMPLS  # noqa: E402
 from depthnb.model import (RelativePositionBias, attend, attention_mask_bias, flex_mask, layer_mask,  # noqa: E402
                            relative_position_bucket, softmax_attention)
@@ -42,6 +50,9 @@ from depthnb.presets import SIZE_CLASSES  # noqa: E402
 
 SHAPES = ("134M", "374M")  # Petty's classes whose bench records set the targets
 BATCH, N_CTX = 16, 1024  # 134M: 16 × 1024 per step; 374M: the paper batch's micro-batch (128 = 8 × 16)
+LENGTHS = (1024, 1000, 500)  # the values check: whole 128-token blocks; a ragged end; also not a multiple of 8
+SHRUNK_LENGTHS = (256, 180)  # the rehearsal's: whole blocks; a ragged end, not a multiple of 8
+BLOCK = 128  # the values check compares each block of this many tokens on its own
 BASELINES = ("reference", "sdpa", "sdpa-nobiasgrad", "flex-nobiasgrad")  # the reference has no bias: the ceiling
 VARIANTS = (*BASELINES, *BAND_IMPLS)
 BENCH = {  # `depthnb bench` flags per shape (as benchmarks/gpu.sh's stages)
@@ -91,11 +102,11 @@ def variant_call(name: str, view: SimpleNamespace, t: int, device, dtype, kernel
 def backend(name: str, q, k, v, view) -> str:
     "The kernel a variant runs: SDPA's own choice for the SDPA paths, the named kernel otherwise."
     if name in BAND_IMPLS:
-        if q.device.type == "cpu":
-            return "cpu (SDPA flash, CPU) + band step (PyTorch)"
-        kernel = name.removeprefix("band-").removesuffix("-triton")
-        kernel = "cudnn split (near with bias, far causal)" if kernel == "split" else kernel
-        return f"{kernel} + band step ({'Triton' if name.endswith('-triton') else 'PyTorch'})"
+        kernel, step = band_variant(name, q.device.type)
+        fused = "cudnn" if q.device.type == "cuda" else "SDPA flash, CPU"
+        kernel = {"split": f"split ({fused}: near with bias, far causal)", "cpu": "cpu (SDPA flash, CPU)"}.get(kernel,
+                                                                                                          kernel)
+        return f"{kernel} + band step ({'Triton' if step is band_bias_grad_triton else 'PyTorch'})"
     if name == "flex-nobiasgrad":
         return "flex"
     pos = torch.arange(q.shape[-2], device=q.device)
@@ -104,13 +115,41 @@ def backend(name: str, q, k, v, view) -> str:
     return torch.nn.attention.SDPBackend(choice).name
 
 
+def block_errors(mine: torch.Tensor, ref: torch.Tensor, block: int = BLOCK) -> list[float]:
+    "Relative errors ‖a − b‖ / ‖b‖ of each block of `block` positions along dim 2 of (b, h, t, ·) tensors (the last may be short)."
+    diff, ref = (x.float().split(block, dim=2) for x in (mine - ref, ref))
+    return [(a.norm() / b.norm().clamp(min=1e-30)).item() for a, b in zip(diff, ref)]
+
+
+def check_lengths(name: str, size_class: str, lengths, batch: int, device, dtype, kernel_options=None) -> dict:
+    """`check_values` at each length: the worst error of each of out, dq, dk, dv (over lengths and blocks) and dtable
+    (over lengths), the per-block errors by length (`blocks`) and where the worst one is (`worst`)."""
+    errors, blocks, worst = {}, {}, (-1.0, None)
+    for t in lengths:
+        per = check_values(name, size_class, t, batch, device, dtype, kernel_options)
+        blocks[str(t)] = {key: per[key] for key in ("out", "dq", "dk", "dv")}
+        for key, value in per.items():
+            errs = value if isinstance(value, list) else [value]
+            if value is None:
+                errors.setdefault(key, None)
+                continue
+            errors[key] = max(errors.get(key) or 0.0, *errs)
+            for i, e in enumerate(errs):
+                if e > worst[0]:
+                    worst = (e, f"{key}, t {t}" + (f", block {i} (tokens {i * BLOCK}-{min((i + 1) * BLOCK, t) - 1})"
+                                                     if isinstance(value, list) else ""))
+    return dict(errors, blocks=blocks, worst=worst[1])
+
+
 def check_values(name: str, size_class: str, t: int, batch: int, device, dtype, kernel_options=None) -> dict:
-    "Relative errors of the output and of the q, k, v and table gradients against an fp32 dense path on `device`."
+    """Relative errors of the output and of the q, k, v gradients per block of BLOCK tokens (lists) and of the table
+    gradient (a number) against an fp32 dense path on `device`."""
     sc = SIZE_CLASSES[size_class]
     h, d = sc.n_heads, sc.d_attn // sc.n_heads
     torch.manual_seed(0)
     view = model_view(size_class, name, t, device)
-    q, k, v, d_out = (torch.randn(batch, h, t, d, device=device) for _ in range(4))
+    # q, k, v as the model lays them out: (b, t, h, d) memory seen as (b, h, t, d)
+    q, k, v, d_out = (torch.randn(batch, t, h, d, device=device).transpose(1, 2) for _ in range(4))
     pos = torch.arange(t, device=device)
     results = {}
     for which in ("ref", "mine"):
@@ -131,7 +170,7 @@ def check_values(name: str, size_class: str, t: int, batch: int, device, dtype, 
     errors = {}
     for key, mine, ref in zip(("out", "dq", "dk", "dv", "dtable"), results["mine"], results["ref"]):
         errors[key] = None if mine is None or name == "reference" and key == "dtable" else \
-            ((mine - ref).norm() / ref.norm().clamp(min=1e-30)).item()
+            ((mine - ref).norm() / ref.norm().clamp(min=1e-30)).item() if key == "dtable" else block_errors(mine, ref)
     return errors
 
 
@@ -141,7 +180,8 @@ def time_call(name: str, size_class: str, t: int, batch: int, device, dtype, ite
     h, d = sc.n_heads, sc.d_attn // sc.n_heads
     view = model_view(size_class, name, t, device)
     fn, _ = variant_call(name, view, t, device, dtype, kernel_options)
-    q, k, v, d_out = (torch.randn(batch, h, t, d, device=device, dtype=dtype, requires_grad=i < 3) for i in range(4))
+    q, k, v, d_out = (torch.randn(batch, t, h, d, device=device, dtype=dtype).transpose(1, 2).requires_grad_(i < 3)
+                      for i in range(4))  # the model's layout
 
     def step():
         out = fn(q, k, v)
@@ -200,11 +240,22 @@ def markdown_table(rows: list[dict], columns: list[str]) -> str:
     return "\n".join(lines)
 
 
+def write_json(result: dict, out: Path) -> None:
+    "The check's JSON in `out`, written atomically (a run cut short leaves the last whole version)."
+    tmp = out / "attention_check.json.tmp"
+    tmp.write_text(json.dumps(result, indent=1))
+    os.replace(tmp, out / "attention_check.json")
+
+
 def run_check(args) -> dict:
     device = torch.device(args.device)
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     t, batch = (256, 1) if args.shrink else (N_CTX, BATCH)
+    lengths = args.lengths or (SHRUNK_LENGTHS if args.shrink else LENGTHS)
     rows = []
+    result = dict(device=torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU",
+                  torch=torch.__version__, dtype=str(dtype).removeprefix("torch."), t=t, batch=batch,
+                  lengths=list(lengths), block=BLOCK, rows=rows, complete=False)
     for size_class in args.shapes:
         for name in args.variants:
             row = dict(shape=size_class, variant=name)
@@ -216,7 +267,10 @@ def run_check(args) -> dict:
                     view = model_view(size_class, name, t, device)
                     q = torch.randn(1, sc.n_heads, t, sc.d_attn // sc.n_heads, device=device, dtype=dtype)
                     row["backend"] = backend(name, q, q, q, view)
-                    row.update(check_values(name, size_class, t, min(batch, 2), device, dtype, options))
+                    # flex compiles for each length (dynamic=False): on CUDA its check keeps to the first (the CUDA
+                    # tests check it at 1,024 and 1,000)
+                    these = lengths[:1] if "flex" in name and device.type == "cuda" else lengths
+                    row.update(check_lengths(name, size_class, these, min(batch, 2), device, dtype, options))
                     errs = [row[k] for k in ("out", "dq", "dk", "dv", "dtable") if row.get(k) is not None]
                     row["correct"] = all(e < args.tolerance for e in errs)
                     row.update(time_call(name, size_class, t, batch, device, dtype, args.iters, options))
@@ -226,6 +280,7 @@ def run_check(args) -> dict:
                     row["error"] = f"{type(exc).__name__}: {first}" if first else type(exc).__name__
             print(json.dumps(row), flush=True)
             rows.append(row)
+            write_json(result, Path(args.out))
         if any(name in BAND_IMPLS for name in args.variants):  # how much of a band variant's time is the band step
             steps = {"PyTorch (eager)": band_bias_grad, "Triton": band_bias_grad_triton,
                      **{f"Triton {c.block_m}×{c.block_n}, {c.warps} warps{', unrolled' if c.unroll else ''}":
@@ -240,13 +295,14 @@ def run_check(args) -> dict:
                     row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}"
                 print(json.dumps(row), flush=True)
                 rows.append(row)
+                write_json(result, Path(args.out))
     for size_class in args.shapes:  # time ratios against the no-bias reference of the same shape, same run
         ref = next((r for r in rows if r["shape"] == size_class and r["variant"] == "reference" and "ms" in r), None)
         for r in rows:
             if r["shape"] == size_class and ref is not None and "ms" in r:
                 r["speed_vs_reference"] = ref["ms"] / r["ms"]
-    return dict(device=torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU",
-                torch=torch.__version__, dtype=str(dtype).removeprefix("torch."), t=t, batch=batch, rows=rows)
+    result["complete"] = True
+    return result
 
 
 def fastest_correct(result: dict) -> str | None:
@@ -260,27 +316,53 @@ def fastest_correct(result: dict) -> str | None:
 
 
 def record_check(result: dict, path: Path, best: str | None) -> None:
-    columns = ["shape", "variant", "kernel_options", "backend", "out", "dq", "dk", "dv", "dtable", "correct", "ms", "speed_vs_reference",
-               "peak_gb", "error"]
+    columns = ["shape", "variant", "kernel_options", "backend", "out", "dq", "dk", "dv", "dtable", "worst", "correct",
+               "ms", "speed_vs_reference", "peak_gb", "error"]
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     text = (f"\n### {stamp} · {result['device']} · attention check (benchmarks/attention_check.py)\n\n"
-            f"- one attention call as a layer makes it, forward + backward, {result['batch']} × {result['t']} tokens, "
-            f"{result['dtype']} (errors: fp32 dense reference on the same device, ‖a − b‖ / ‖b‖); torch "
+            f"- one attention call as a layer makes it, forward + backward, {result['batch']} × {result['t']} tokens "
+            f"timed, {result['dtype']} (errors at {', '.join(map(str, result['lengths']))} tokens: fp32 dense reference "
+            f"on the same device, ‖a − b‖ / ‖b‖, the worst block of {result['block']} tokens for out, dq, dk, dv, "
+            f"per-block errors in attention_check.json); torch "
             f"{result['torch']}; eager, flex kernels compiled\n- fastest correct band variant: {best or 'none'}\n\n"
             + markdown_table(result["rows"], columns) + "\n")
     path.write_text((path.read_text() if path.exists() else "") + text)
 
 
-def run_bench(best: str, args) -> int:
-    "`depthnb bench` at each shape for `best` against the reference, appended to the results file."
+def run_bench(best: str, args, shapes=None) -> int:
+    "`depthnb bench` at each shape (default --bench-shapes) for `best` against the reference, appended to the results file."
     rc = 0
-    for size_class in args.bench_shapes:
-        flags = [*SHRUNK_BENCH, "--parts", SHRUNK_PARTS[size_class]] if args.shrink else BENCH[size_class]
+    for size_class in shapes or args.bench_shapes:
+        flags = [*SHRUNK_BENCH, "--parts", SHRUNK_PARTS[size_class]] if args.shrink else list(BENCH[size_class])
+        if args.bench_parts:  # the parts asked for instead of the shape's own
+            flags[flags.index("--parts") + 1] = args.bench_parts
         cmd = [sys.executable, "-c", "import sys; from depthnb.cmd_bench import cli_bench; sys.exit(cli_bench(sys.argv[1:]))",
                "--device", args.device, *flags, "--attn-impl", best, "--record", str(args.record),
                "--json", str(Path(args.out) / f"bench_{size_class}.json"), "--note", f"attention check: {best}"]
         print("running:", " ".join(cmd[3:]), flush=True)
         rc = subprocess.run(cmd, cwd=ROOT).returncode or rc
+    return rc
+
+
+def bench_picks(args) -> int:
+    "`--pick`: `depthnb bench` for each earlier check's fastest correct variant at its shapes; 1 where one has none."
+    rc = 0
+    for path in args.pick.split(","):
+        try:
+            result = json.loads(Path(path).read_text())
+        except (OSError, ValueError) as exc:
+            print(f"attention_check.py: --pick {path}: {type(exc).__name__}: no check to bench", file=sys.stderr)
+            rc = 1
+            continue
+        shapes = [s for s in dict.fromkeys(r["shape"] for r in result["rows"]) if s in SHAPES]
+        best = result.get("fastest_correct")
+        if best is None or not shapes:
+            print(f"attention_check.py: --pick {path}: no correct band variant at {shapes}: nothing to bench",
+                  file=sys.stderr)
+            rc = 1
+            continue
+        print(f"{path}: fastest correct band variant at {', '.join(shapes)}: {best}", flush=True)
+        rc = run_bench(best, args, shapes) or rc
     return rc
 
 
@@ -291,14 +373,26 @@ def parse_args(argv=None):
     ap.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated, of {list(VARIANTS)}")
     ap.add_argument("--bench-shapes", help="comma-separated shapes to run `depthnb bench` at (default: --shapes)")
     ap.add_argument("--shrink", action="store_true", help="256 tokens, batch 1, tiny bench shapes (a CPU rehearsal)")
+    ap.add_argument("--lengths", help=f"comma-separated lengths of the values check (default {LENGTHS}; "
+                                      f"{SHRUNK_LENGTHS} with --shrink)")
     ap.add_argument("--tolerance", type=float, default=2e-2, help="largest relative error of a correct variant")
     ap.add_argument("--iters", type=int, default=10, help="timed calls per variant (median)")
     ap.add_argument("--record", default="benchmarks/RESULTS.md", help="results file to append to")
     ap.add_argument("--out", default="runs/bench", help="folder for attention_check.json and the bench JSON")
     ap.add_argument("--no-bench", dest="bench", action="store_false", help="skip `depthnb bench`")
+    ap.add_argument("--bench-parts", help="`depthnb bench --parts` at every bench shape (default: each shape's own: "
+                    + "; ".join(f"{k} {v[v.index('--parts') + 1]}" for k, v in BENCH.items()) + ")")
+    ap.add_argument("--pick", help="comma-separated attention_check.json files of earlier checks: no check; "
+                                   "`depthnb bench` at each one's shapes for its fastest correct variant")
     args = ap.parse_args(argv)
     args.shapes, args.variants = args.shapes.split(","), args.variants.split(",")
     args.bench_shapes = args.bench_shapes.split(",") if args.bench_shapes else args.shapes
+    try:
+        args.lengths = tuple(int(x) for x in args.lengths.split(",")) if args.lengths else None
+    except ValueError:
+        ap.error(f"--lengths: {args.lengths!r} is not a comma-separated list of integers")
+    if args.lengths and min(args.lengths) < 1:
+        ap.error("--lengths must be >= 1")
     for value, allowed, flag in ((args.shapes, SIZE_CLASSES, "--shapes"), (args.variants, VARIANTS, "--variants"),
                                  (args.bench_shapes, SHAPES, "--bench-shapes")):
         bad = [x for x in value if x not in allowed]
@@ -311,13 +405,29 @@ def parse_args(argv=None):
     return args
 
 
+@contextlib.contextmanager
+def compositions(device: str):
+    "On the CPU, each band variant's CUDA composition with the CPU standing in (nbs/02g_band.ipynb), for this check only."
+    before = os.environ.get(BAND_COMPOSITION_ENV)
+    if device == "cpu" and before is None:
+        os.environ[BAND_COMPOSITION_ENV] = "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(BAND_COMPOSITION_ENV, None)
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     Path(args.out).mkdir(parents=True, exist_ok=True)
-    result = run_check(args)
+    if args.pick:
+        return bench_picks(args)
+    with compositions(args.device):
+        result = run_check(args)
     best = fastest_correct(result)
     result["fastest_correct"] = best
-    (Path(args.out) / "attention_check.json").write_text(json.dumps(result, indent=1))
+    write_json(result, Path(args.out))
     record_check(result, ROOT / args.record if not Path(args.record).is_absolute() else Path(args.record), best)
     print(f"fastest correct band variant: {best or 'none'}", flush=True)
     if not args.bench:

@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # The GPU measurements of benchmarks/README.md, one stage per command (each well under 10 minutes on an H100/H200).
-#   bash benchmarks/gpu.sh [--out DIR] attention|attention-374M|tests|134M|374M|cogs|midas [extra flags]
-# Extra flags go to benchmarks/attention_check.py (attention), pytest (tests) or `depthnb bench` (the others).
+#   bash benchmarks/gpu.sh [--out DIR] attention|attention-374M|tests|attention-profile|134M|374M|cogs|midas [extra flags]
+# Extra flags go to benchmarks/attention_check.py (attention*), pytest (tests) or `depthnb bench` (the others).
 # benchmarks/gpu_plan.py runs these stages, then the `gpu` preset's science, under a job's deadline.
 # Needs: fastcore (a wheel in .whl/ is installed into runs/bench-site where it is missing) and, for `cogs`,
 # $COGS_TSV (default data/cache/bench/gen.tsv). Writes logs and JSON to the results folder DIR (default runs/bench),
 # appends each run to benchmarks/RESULTS.md, then copies that file into DIR so that it travels with the results.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-usage="usage: gpu.sh [--out DIR] attention|attention-374M|tests|134M|374M|cogs|midas [flags]"
+usage="usage: gpu.sh [--out DIR] attention|attention-374M|tests|attention-profile|134M|374M|cogs|midas [flags]"
 out=runs/bench
 if [ "${1:-}" = --out ]; then out=${2:?$usage}; shift 2; fi
 stage=${1:?$usage}; shift
@@ -32,6 +32,10 @@ case $stage in
   attention-374M)  # the check at 374M, then `depthnb bench` at 374M x 24 (paper batch) for its fastest correct variant
     python3 benchmarks/attention_check.py --out "$out" --shapes 374M "$@" 2>&1 | tee "$out/attention-374M.log" \
       || rc=$? ;;
+  attention-profile)  # per-operator profiles of a training step for the variants earlier checks picked: needs
+                      # --pick FILE,... (their attention_check.json)
+    python3 benchmarks/attention_check.py --out "$out" --bench-parts profile "$@" 2>&1 \
+      | tee "$out/attention-profile.log" || rc=$? ;;
   tests)  # the CUDA paths: band kernels, FlexAttention vs SDPA, compiled bf16 training, the CLI, FSDP2 bf16 over nccl
     python3 -m pytest -q -rs tests/test_band.py tests/test_bench.py tests/test_model.py tests/test_parallel.py "$@" \
       2>&1 | tee "$out/tests.log" || rc=$? ;;

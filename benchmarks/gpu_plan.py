@@ -6,7 +6,7 @@ GPU job (a batch scheduler's wall-time limit, a preemptible instance, a short in
     python3 benchmarks/gpu_plan.py prepare [--stages S]         # CPU: data + wheels + plan.json into .gpu/ (carried)
     python3 benchmarks/gpu_plan.py run --deadline S --out DIR   # on the GPU: stages back to back until the deadline
     python3 benchmarks/gpu_plan.py assemble DIR [DIR...]        # CPU: results folders -> figures/<preset>/, RESULTS.md
-    python3 benchmarks/gpu_plan.py rehearse                     # CPU: the whole plan at shrunk shapes, two jobs, a cut
+    python3 benchmarks/gpu_plan.py rehearse                     # CPU: the whole plan at shrunk shapes, three jobs, a cut
 
 Every stage runs as a subprocess under the job's deadline; stages are resumable (benchmarks are short and start
 only when they fit; science stages resume from their checkpoints), so the same `run` command is repeated, job after
@@ -82,6 +82,14 @@ CARRY_MIB = 64  # `prepare --carry-limit-mib` default: the checkout plus the car
 RESULT_FILE_MIB = 16  # `run --max-file-mib` default: a larger results file is warned about (a copy-back limit)
 RESULT_FILES = ("state.json", "summary.md", "RESULTS.md", "figures.tar.gz", "bench.tar.gz", "logs.tar.gz")
 MIN_SCIENCE_SECONDS = 60  # a resumable stage is started only with this much time left
+# A benchmark is cut when it runs this much past its estimate, and recorded as cut (its log, its records and any JSON
+# it wrote come back; it is not started again): a slow stage cannot take the next one's time. It starts only when its
+# estimate and this fit the time left.
+OVERRUN_SECONDS = 20
+FIRST_JOB_SECONDS = 450  # the first job's estimated stage time at most (7.5 minutes), leaving a minute or more spare
+FIRST_JOB_SLACK = 60  # seconds of the first job's stage time left over at least
+# A fresh checkout's first job runs only these: the 374M check and bench, then 134M's (a GPU lease may hold one job).
+FIRST_JOB = ("attention-374M", "attention")
 MAX_FAILURES = 2  # a science stage that failed this often is not started again (a benchmark: once)
 
 PEAK_FLOPS = 989e12  # H100 SXM / H200 dense bf16 (devices.PEAK_FLOPS)
@@ -113,15 +121,18 @@ class Stage:
 
 
 # Most valuable first: the attention target still missed (374M: 0.72x measured, 0.75x asked), then the one met at
-# 134M (0.87x), which a change of the default attention must hold too, then the CUDA tests (what only a GPU can show),
-# the other benchmarks, then the science, the Petty chain (pretrain -> finetune -> controls) before the MIDAS one
-# (stacking -> primitives, downstream).
+# 134M (0.87x), which a change of the default attention must hold too (the two: the first job, with a minute spare),
+# then the per-operator profiles of both (where a target is missed, where the time went), the CUDA tests (what only a
+# GPU can show), the other benchmarks, then the science, the Petty chain (pretrain -> finetune -> controls) before the
+# MIDAS one (stacking -> primitives, downstream).
 STAGES = (
     Stage("attention-374M", "bench", "band attention checked at 374M, then depthnb bench at 374M x 24 (paper batch) "
-          "with a profile for the fastest correct variant: ratio >= 0.75, peak memory <= 1.1 x the reference's",
+          "for the fastest correct variant: ratio >= 0.75, peak memory <= 1.1 x the reference's",
           bench="attention-374M"),
     Stage("attention", "bench", "band attention checked and timed per call at 134M, then depthnb bench at 134M x 12 "
-          "for the fastest correct variant, with a profile: ratio >= 0.85", bench="attention"),
+          "for the fastest correct variant: ratio >= 0.85", bench="attention"),
+    Stage("attention-profile", "bench", "per-operator profiles of a training step at 374M and 134M for the variant "
+          "each attention stage picked", bench="attention-profile", after=("attention-374M", "attention")),
     Stage("cuda-tests", "bench", "band kernels, FlexAttention vs SDPA, compiled bf16 training, CLI, FSDP2 bf16 "
           "(nccl) on CUDA", bench="tests"),
     Stage("bench-midas", "bench", "MIDAS wall clock >= 90% of its FLOP speedup, both runs warmed up",
@@ -157,15 +168,24 @@ STAGE_BY_NAME = {s.name: s for s in STAGES}
 # the 134M bench with its profile 102 s, the 374M bench (band-cudnn-triton and the reference, each compiled and
 # warmed up in 55 s and 37 s) 120 s: 338 s in all. The CUDA tests (`-m gpu`, pytest alone) 182 s. Estimated from those:
 # - a shape's check: half of the 116 s, and what was added since: the two `band-split` variants (a few seconds) and the
-#   band step's launch configurations (four compiles a head width, the autotuner's trials, four timed rows): 85 s.
-# - `attention-374M`: the check at 374M 85 s, the 374M bench 120 s and its profile (both models compiled again from
-#   the warm cache, 3 profiled steps of 8 micro-batches; as the 134M profile's ~40 s, twice): 290 s.
-# - `attention` (134M): the check at 134M 85 s, the 134M bench with its profile 102 s, a margin: 210 s.
+#   band step's launch configurations (four compiles a head width, the autotuner's trials, four timed rows): 85 s;
+#   its values at 1,000 and 500 tokens as well (no flex variant: one more forward and backward at batch 2 per
+#   variant and length, a cuDNN graph and a Triton tuning per new length): 105 s.
+# - `attention-374M`: the check at 374M 105 s, the 374M bench (train) 120 s: 225 s.
+# - `attention` (134M): the check at 134M 105 s, the 134M bench without its profile (102 s with it, less ~40 s) and a
+#   margin: 180 s. The first job: 405 s of stages, 100 s spare of its 505 (each stage may overrun by 20 s).
+# - `attention-profile`: both models compiled again from the warm cache and profiled: 374M (3 steps of 8
+#   micro-batches; as the 134M profile's ~40 s, twice) 80 s, 134M 40 s, a margin: 135 s.
 # - `tests`: 182 s, the setup and the CUDA tests added since (the split kernel's, float32 inputs, the default model
 #   against sdpa): 240 s.
-BENCH_SECONDS = {"attention": 210, "attention-374M": 290, "tests": 240, "cogs": 300, "midas": 180}
-# What the plan adds to gpu.sh's stages: only the CUDA tests (the CPU ones run in `make test`).
-PLAN_BENCH_FLAGS = {"tests": ["-m", "gpu"]}
+BENCH_SECONDS = {"attention-374M": 225, "attention": 180, "attention-profile": 135, "tests": 240, "cogs": 300,
+                 "midas": 180}
+# The attention stages' checks, read by the profile stage (paths relative to the checkout, as stages run there).
+ATTENTION_CHECKS = ",".join(f"runs/gpu-plan/bench/{s}/attention_check.json" for s in ("attention-374M", "attention"))
+# What the plan adds to gpu.sh's stages: the attention stages bench without their profiles (a later stage profiles),
+# and only the CUDA tests (the CPU ones run in `make test`).
+PLAN_BENCH_FLAGS = {"attention-374M": ["--bench-parts", "train"], "attention": ["--bench-parts", "train,decode"],
+                    "attention-profile": ["--pick", ATTENTION_CHECKS], "tests": ["-m", "gpu"]}
 
 
 # ------------------------------------------------------------------------------------------- the budget
@@ -232,7 +252,8 @@ def with_prerequisites(names) -> tuple[str, ...]:
 
 def schedule_jobs(seconds: dict[str, float], deadline: float = DEADLINE) -> list[list[tuple[str, bool]]]:
     """What each job of `deadline` seconds runs, as (stage, finished) pairs, by the rules of `Job.run`: stages in plan
-    order; a benchmark starts only when its estimate fits the time left, a science stage with MIN_SCIENCE_SECONDS left
+    order; a benchmark starts only when its estimate and OVERRUN_SECONDS fit the time left, a science stage with
+    MIN_SCIENCE_SECONDS left
     and, cut at the deadline, resumes in the next job (on the same checkout, whose runs/gpu-plan keeps the state and
     the checkpoints)."""
     capacity = job_seconds(deadline)
@@ -240,13 +261,15 @@ def schedule_jobs(seconds: dict[str, float], deadline: float = DEADLINE) -> list
         raise ValueError(f"--deadline {deadline:g}: leaves {capacity:g} s for stages; at least "
                          f"{MIN_SCIENCE_SECONDS + SETUP_SECONDS + RESERVE_SECONDS} s needed")
     done, spent, jobs = set(), {}, []
+    whole = sum(seconds.values()) <= capacity  # a job that holds the whole plan need not keep to FIRST_JOB
     while len(done) < len(STAGES):
         left, ran = capacity, []
         for s in STAGES:
-            if s.name in done or any(a not in done for a in s.after):
+            if s.name in done or any(a not in done for a in s.after) or (not jobs and not whole
+                                                                          and s.name not in FIRST_JOB):
                 continue
             rest = seconds[s.name] - spent.get(s.name, 0.0)
-            if left < (rest if s.kind == "bench" else MIN_SCIENCE_SECONDS):
+            if left < (rest + OVERRUN_SECONDS if s.kind == "bench" else MIN_SCIENCE_SECONDS):
                 continue
             used = min(rest, left)
             spent[s.name], left = spent.get(s.name, 0.0) + used, left - used
@@ -434,6 +457,7 @@ def cmd_prepare(args) -> int:
     overrides = dict(kv.split("=", 1) for kv in args.overrides)
     plan = dict(preset=args.preset, overrides=overrides,
                 bench_flags=json.loads(args.bench_flags) if args.bench_flags else PLAN_BENCH_FLAGS,
+                overrun_factor=args.overrun_factor,
                 stages=list(_stage_list(args.stages)), created=time.strftime("%Y-%m-%dT%H:%M:%S"))
     preset = plan_preset(plan)
     dest = Path(args.dest) if args.dest else ROOT / PLAN_DIR
@@ -565,6 +589,10 @@ class Job:
                 "--runs-dir", str(self.state_dir / "runs"), "--figures-dir", str(self.state_dir / "figures")]
 
     def run(self, stages: tuple[str, ...]) -> None:
+        seconds = stage_seconds(plan_preset(self.plan))
+        if self.job == 1 and any(s in stages for s in FIRST_JOB) and \
+                sum(seconds[s] for s in stages) > self.deadline - self.t0 - SETUP_SECONDS - RESERVE_SECONDS:
+            stages = tuple(s for s in stages if s in FIRST_JOB)  # a fresh checkout's first job: these only
         for stage in (s for s in STAGES if s.name in stages):
             st = self.status(stage.name)
             if st == "done":
@@ -572,18 +600,24 @@ class Job:
             if st == "failed" and (stage.kind == "bench" or self.failures(stage.name) >= MAX_FAILURES):
                 continue  # a benchmark that ran to its end failed for good (a variant that does not compile, a
                 # failing test: its records and log came back); a science stage gets one more try
+            if st == "cut" and self.state["stages"][stage.name].get("overran"):
+                continue  # cut past its estimate: what it measured came back; run again, it would overrun again
             missing = [a for a in stage.after if self.status(a) != "done"]
             if missing:
                 self.note(stage, "waiting", f"needs {', '.join(missing)}")
                 continue
-            need = BENCH_SECONDS.get(stage.bench, 0) if stage.kind == "bench" else MIN_SCIENCE_SECONDS
+            need = self.limit(stage) if stage.kind == "bench" else MIN_SCIENCE_SECONDS
             if self.left() < need:
                 self.note(stage, st if st in ("cut", "failed") else "deferred",
-                          f"{self.left():.0f} s left, needs {need} s")
+                          f"{self.left():.0f} s left, needs {need:g} s")
                 continue
-            if self.run_stage(stage) == "cut":
+            if self.run_stage(stage) == "cut" and not self.state["stages"][stage.name].get("overran"):
                 break  # the job's time is spent (or, in a rehearsal, is made to look spent)
         self.pack()
+
+    def limit(self, stage: Stage) -> float:
+        "A benchmark's time limit: its estimate and OVERRUN_SECONDS (times the plan's `overrun_factor`, a rehearsal's)."
+        return (BENCH_SECONDS[stage.bench] + OVERRUN_SECONDS) * self.plan.get("overrun_factor", 1)
 
     def failures(self, name: str) -> int:
         return sum(j["status"] == "failed" for j in self.state["stages"].get(name, {}).get("jobs", []))
@@ -599,6 +633,9 @@ class Job:
         rec = self.state["stages"].setdefault(stage.name, {"seconds": 0.0, "jobs": []})
         log_path = self.state_dir / "logs" / f"{stage.name}.log"
         timeout, cut_when = self.left(), None
+        overrun = stage.kind == "bench" and self.limit(stage) < timeout
+        if overrun:  # cut past its estimate, not at the deadline
+            timeout = self.limit(stage)
         if stage.name in self.cut:  # the rehearsal's stand-in for a job whose time runs out mid-stage
             runs = self.state_dir / "runs"
             cut_when = lambda: any(runs.rglob("checkpoints/step_*.pt"))  # noqa: E731
@@ -610,15 +647,20 @@ class Job:
             proc = subprocess.Popen(self.command(stage), cwd=self.root, env=self.env, stdout=f,
                                     stderr=subprocess.STDOUT, process_group=0)
             rc = wait_pruning(proc, timeout, self.state_dir / "runs", cut_when)
+        seconds = time.time() - t0
+        overran = rc is None and overrun and cut_when is None
         if rc is None:
             kill_marked(str(self.root), self.log)
             status = "cut"
         else:
             status = "done" if rc == 0 else "failed"
-        seconds = time.time() - t0
         rec["seconds"] = round(rec["seconds"] + seconds, 1)
         rec["jobs"].append(dict(job=self.job, seconds=round(seconds, 1), status=status))
         rec["status"], rec["why"] = status, "" if rc in (0, None) else f"exit {rc}, see logs/{log_path.name}"
+        if overran:  # recorded as cut, with what it printed and wrote; the job goes on to the next stage
+            rec["overran"] = True
+            rec["why"] = f"ran past its estimate of {BENCH_SECONDS[stage.bench]} s: cut at {timeout:.0f} s, " \
+                         f"its output so far in logs/{log_path.name} and bench/{stage.name}/"
         self.ran.append(stage.name)
         self.log(f"[job {self.job}] {stage.name}: {status} after {seconds:.0f} s")
         self.save_state()
@@ -858,11 +900,13 @@ REHEARSAL_SETS = {
 _BENCH_CPU = ["--device", "cpu", "--size-class", "tiny", "--layers", "1", "--n-ctx", "32", "--batch", "2",
               "--steps", "1", "--warmup", "1", "--rounds", "1", "--attn-impl", "sdpa", "--no-compile"]
 # Each simulated job's deadline: the shrunk plan on a shared 2-core CPU takes longer than a GPU job's stages (the
-# second job about 510 s at a load of 8); the first job's cut is forced (`--cut pretrain`), not the deadline's.
+# second job about 510 s at a load of 8); the second job's cut is forced (`--cut pretrain`), not the deadline's.
 REHEARSAL_DEADLINE = 1800
 REHEARSAL_BENCH_FLAGS = {  # every planned gpu.sh stage on the CPU; `tests` runs only the gpu-marked (skipped)
-    "attention": ["--device", "cpu", "--shrink"],  # the check at 256 tokens, then `depthnb bench` at tiny shapes
-    "attention-374M": ["--device", "cpu", "--shrink"],
+    # the check at 256 and 180 tokens, then `depthnb bench` at tiny shapes; then their profiles
+    "attention": ["--device", "cpu", "--shrink", "--bench-parts", "train"],
+    "attention-374M": ["--device", "cpu", "--shrink", "--bench-parts", "train"],
+    "attention-profile": ["--device", "cpu", "--shrink", "--pick", ATTENTION_CHECKS],
     "cogs": [*_BENCH_CPU, "--cogs-limit", "8", "--cogs-batch", "8"],
     "midas": [*_BENCH_CPU, "--layers", "2", "--midas-block", "1", "--midas-steps", "4"],
     "tests": ["-m", "gpu"],
@@ -915,7 +959,8 @@ def image_without(names: list[str], allowed: Path, folder: Path) -> Path:
 
 
 def cmd_rehearse(args) -> int:
-    "Prepare here, then two simulated jobs in a copy of the tree (the first cut mid-pretraining), then assemble."
+    """Prepare here, then three simulated jobs in a copy of the tree (the first: the attention stages alone, as a
+    fresh checkout's first job; the second cut mid-pretraining; the third resumes), then assemble."""
     work = Path(args.work).resolve()
     if work.exists():
         shutil.rmtree(work)
@@ -930,7 +975,8 @@ def cmd_rehearse(args) -> int:
     if os.environ.get("DEPTHNB_DATA_MIRROR") is None and default_mirror() is not None:
         here["DEPTHNB_DATA_MIRROR"] = str(default_mirror())
     subprocess.run([*py, "prepare", "--preset", "gpu", *sets, "--no-wheels", "--xz", "0",
-                    "--bench-flags", json.dumps(REHEARSAL_BENCH_FLAGS), "--dest", str(tree / PLAN_DIR)],
+                    "--bench-flags", json.dumps(REHEARSAL_BENCH_FLAGS), "--overrun-factor", "2",
+                    "--dest", str(tree / PLAN_DIR)],
                    check=True, env=dict(env, **here), cwd=tree)
     # As on the GPU image: fastcore is missing but for the carried wheel, installed by the `run` command itself.
     wheel_from_installed("fastcore", tree / PLAN_DIR / "whl")
@@ -939,10 +985,10 @@ def cmd_rehearse(args) -> int:
                    PYTHONPATH=os.pathsep.join(filter(None, [str(image), env.get("PYTHONPATH")])))
     runs = tree / STATE_DIR / "runs"
     evidence = {}
-    for i, extra in enumerate([["--cut", "pretrain"], []], 1):
+    for i, extra in enumerate([[], ["--cut", "pretrain"], []], 1):
         subprocess.run([*py, "run", "--deadline", str(args.deadline), "--out", str(work / f"out{i}"), *extra],
                        check=True, env=job_env, cwd=tree)
-        if i == 1:  # what the cut left: checkpoints to resume from, snapshots a resumed run must not rewrite
+        if i == 2:  # what the cut left: checkpoints to resume from, snapshots a resumed run must not rewrite
             evidence["checkpoints_after_cut"] = sorted(str(f.relative_to(runs)) for f in runs.rglob("checkpoints/*.pt"))
             snaps = {f: f.stat().st_mtime_ns for f in runs.rglob("pretrain/*/*/snapshots/*.pt")}
     evidence["snapshots_kept"] = sorted(str(f.relative_to(runs)) for f, t in snaps.items()
@@ -950,15 +996,15 @@ def cmd_rehearse(args) -> int:
     evidence["snapshots_rewritten"] = sorted(str(f.relative_to(runs)) for f, t in snaps.items()
                                              if not f.exists() or f.stat().st_mtime_ns != t)
     evidence["finished_runs"] = sorted(str(f.parent.relative_to(runs)) for f in runs.rglob("pretrain/*/*/DONE"))
-    subprocess.run([*py, "assemble", str(work / "out1"), str(work / "out2"), "--figures-dir", str(work / "figures"),
+    subprocess.run([*py, "assemble", *(str(work / f"out{i}") for i in (1, 2, 3)), "--figures-dir", str(work / "figures"),
                     "--results", str(work / "RESULTS.md"), "--plan", str(tree / PLAN_DIR / "plan.json")],
                    check=True, env=env, cwd=tree)
     (work / "rehearsal.json").write_text(json.dumps(evidence, indent=1))
     resumed = evidence["checkpoints_after_cut"] and evidence["snapshots_kept"] and not evidence["snapshots_rewritten"]
-    print(f"resume after the cut: {len(evidence['checkpoints_after_cut'])} checkpoint(s) left by job 1, "
-          f"{len(evidence['snapshots_kept'])} snapshot(s) of job 1 kept by job 2, "
+    print(f"resume after the cut: {len(evidence['checkpoints_after_cut'])} checkpoint(s) left by job 2, "
+          f"{len(evidence['snapshots_kept'])} snapshot(s) of job 2 kept by job 3, "
           f"{len(evidence['snapshots_rewritten'])} rewritten: {'resumed' if resumed else 'NOT shown to resume'}")
-    print(f"rehearsal done: results folders {work}/out1, {work}/out2; report in {work}/figures/gpu")
+    print(f"rehearsal done: results folders {work}/out1, {work}/out2, {work}/out3; report in {work}/figures/gpu")
     return 0
 
 
@@ -1003,6 +1049,9 @@ def _prepare_parser():
     ap.add_argument("--no-wheels", dest="wheels", action="store_false", help="no wheels (a machine that has the packages)")
     ap.add_argument("--bench-flags", default=None, help="JSON {gpu.sh stage: [extra flags]} (default: "
                     + json.dumps(PLAN_BENCH_FLAGS) + ")")
+    ap.add_argument("--overrun-factor", type=float, default=1.0,
+                    help="benchmarks are cut at this many times their estimate and OVERRUN_SECONDS (default 1; the "
+                         "CPU rehearsal, whose stages' times are not the GPU's, 2)")
     ap.add_argument("--carry-limit-mib", type=float, default=CARRY_MIB,
                     help=f"most MiB the checkout and the carried folder may hold together (default {CARRY_MIB})")
     ap.add_argument("--image-packages", default=None, metavar="FILE",
@@ -1048,8 +1097,9 @@ def _assemble_parser():
 
 
 def _rehearse_parser():
-    ap = CommandParser("gpu_plan rehearse", "The plan on the CPU at shrunk shapes: prepare, two jobs "
-                       "(the first cut mid-pretraining), assemble.", preset=False)
+    ap = CommandParser("gpu_plan rehearse", "The plan on the CPU at shrunk shapes: prepare, three jobs "
+                       "(the attention stages; then one cut mid-pretraining; then its resumption), assemble.",
+                       preset=False)
     ap.add_argument("--work", default=str(ROOT / "runs" / "gpu-rehearsal"), help="scratch folder (replaced)")
     ap.add_argument("--deadline", type=float, default=REHEARSAL_DEADLINE,
                     help=f"seconds of each simulated job (default {REHEARSAL_DEADLINE})")

@@ -8,17 +8,20 @@ from __future__ import annotations
 import functools
 import importlib.util
 import os
+from dataclasses import dataclass
 from typing import Callable, NamedTuple
 
 import torch
 import torch.nn.functional as F
-from torch.nn.attention.flex_attention import AuxRequest, BlockMask, flex_attention
+from torch.nn.attention.flex_attention import AuxRequest, BlockMask, create_block_mask, flex_attention
 
 # %% auto #0
-__all__ = ['HOPPER_FLEX_OPTIONS', 'NEAR_MASK', 'KERNELS', 'HAS_TRITON', 'BAND_STEP_CONFIGS', 'band_width', 'band_bias_grad',
-           'causal_bias', 'dense_kernel', 'cpu_kernel', 'cudnn_kernel', 'efficient_kernel', 'bias_score_mod',
-           'flex_kernel_options', 'flex_kernel', 'split_span', 'split_kernel', 'band_attention', 'BandStepConfig',
-           'band_step_kernel', 'band_step_autotuned', 'band_step_launch', 'band_bias_grad_triton']
+__all__ = ['HOPPER_FLEX_OPTIONS', 'NEAR_MASK', 'KERNELS', 'HAS_TRITON', 'BAND_STEP_CONFIGS', 'DTYPE_KEYS', 'BAND_COMPOSITION_ENV',
+           'CPU_STAND_INS', 'band_width', 'band_bias_grad', 'causal_bias', 'dense_kernel', 'cpu_kernel',
+           'aligned_causal', 'cudnn_kernel', 'efficient_kernel', 'bias_score_mod', 'flex_kernel_options', 'flex_kernel',
+           'split_span', 'split_kernel', 'band_attention', 'BandStepConfig', 'band_step_kernel', 'band_step_autotuned',
+           'band_step_launch', 'band_bias_grad_triton', 'band_variant', 'PassMask', 'pass_block_mask', 'masked_kernel',
+           'band_bias_grad_masked']
 
 # %% ../nbs/02g_band.ipynb #ad751b0c
 def band_width(buckets: torch.Tensor, n_buckets: int) -> int | None:
@@ -37,10 +40,11 @@ def _diagonals(m: torch.Tensor, w: int) -> torch.Tensor:
     return m.as_strided((*lead, n, w), strides)
 
 
-def band_bias_grad(q, k, v, out, lse, d_out, w: int, scale: float, bias: torch.Tensor, block: int = 128) -> torch.Tensor:
+def band_bias_grad(q, k, v, out, lse, d_out, w: int, scale: float, bias: torch.Tensor, block: int = 128,
+                   key_real: torch.Tensor | None = None) -> torch.Tensor:
     """Gradient (h, w) of the loss with respect to an additive bias[h, i - j] on distances 0 … w-1 of causal attention
     softmax(q kᵀ·scale + bias) v with output `out` and log-sum-exp `lse` (b, h, t), given `d_out`; `bias` (h, w): the
-    bias the kernel added on the band."""
+    bias the kernel added on the band. `key_real` (b, t): keys that are not padding (a query still sees itself)."""
     b, h, t, d = q.shape
     width, w = w, min(w, t)  # distances >= t do not occur: their gradient is 0
     acc = torch.promote_types(q.dtype, torch.float32)  # fp32 temporaries (fp64 stays fp64)
@@ -60,7 +64,11 @@ def band_bias_grad(q, k, v, out, lse, d_out, w: int, scale: float, bias: torch.T
     strip = bias[:, :w].to(acc).flip(-1)[None, :, None, None]  # strip index e is distance w - 1 - e
     ds = torch.exp(scores * scale + strip - lse) * (dp - delta)
     key = torch.arange(n * block, device=q.device).view(n, block, 1) - pad + torch.arange(w, device=q.device)
-    grad = ds.masked_fill(key < 0, 0).sum((0, 2, 3))  # keys before position 0 are padding
+    ds = ds.masked_fill(key < 0, 0)  # keys before position 0 are padding
+    if key_real is not None:  # padding keys: not seen, but by themselves (distance 0: strip index w - 1)
+        hidden = ~F.pad(key_real.bool(), (pad, tail))[:, key + pad]  # (b, n, block, w)
+        ds = ds.masked_fill(hidden.index_fill(-1, torch.tensor([w - 1], device=q.device), False)[:, None], 0)
+    grad = ds.sum((0, 2, 3))
     return F.pad(grad.flip(-1), (0, width - w))
 
 # %% ../nbs/02g_band.ipynb #29636309
@@ -84,14 +92,32 @@ def cpu_kernel(q, k, v, bias, block_mask=None):
         q, k, v, 0.0, True, attn_mask=causal_bias(bias, q.shape[-2], q.dtype))
 
 
-def cudnn_kernel(q, k, v, bias, block_mask=None):
-    "SDPA's cuDNN kernel with a detached dense bias in the inputs' dtype and `is_causal`: (out, lse); float32 inputs (`bf16=False`), which cuDNN does not take, get the memory-efficient kernel."
-    if q.dtype not in (torch.float16, torch.bfloat16):
-        return efficient_kernel(q, k, v, bias)
+def aligned_causal(kernel: Callable, q, k, v, bias, multiple: int = 8):
+    """`kernel`'s causal attention with `bias` (h, ≥ t) at a length padded with zero queries and keys to a multiple of
+    `multiple`: (out, lse) of the real queries, exactly (no real query sees a later key; the extra queries' rows are
+    dropped, so their gradient is zero); q, k, v as they are where the length is a multiple already."""
+    t = q.shape[-2]
+    pad = -t % multiple
+    if pad == 0:
+        return kernel(q, k, v, bias)
+    out, lse = kernel(*(F.pad(x, (0, 0, 0, pad)) for x in (q, k, v)), F.pad(bias[:, :t], (0, pad)))
+    return out[:, :, :t], lse[:, :, :t]
+
+
+def _cudnn_call(q, k, v, bias, block_mask=None):
     b, h, t, _ = q.shape
     out, lse = torch.ops.aten._scaled_dot_product_cudnn_attention(
         q, k, v, causal_bias(bias, t, q.dtype), True, 0.0, True, False)[:2]
     return out, lse.reshape(b, h, t)
+
+
+def cudnn_kernel(q, k, v, bias, block_mask=None):
+    """SDPA's cuDNN kernel with a detached dense bias in the inputs' dtype and `is_causal`: (out, lse); float32 inputs
+    (`bf16=False`), which cuDNN does not take, get the memory-efficient kernel. Lengths not a multiple of 8 are padded
+    to one (`aligned_causal`): the bias rows are then 16-byte aligned (cudnn-frontend reports NaN gradients where not)."""
+    if q.dtype not in (torch.float16, torch.bfloat16):
+        return efficient_kernel(q, k, v, bias)
+    return aligned_causal(_cudnn_call, q, k, v, bias, 8)
 
 
 def efficient_kernel(q, k, v, bias, block_mask=None):
@@ -171,76 +197,81 @@ def _fused_backward(d_out, q, k, v, out, lse, bias, causal: bool, tensors, meta)
 
 
 def _pad_time(x, length: int):
-    "`x` (b, h, t, …) zero-padded to `length` positions; `x` itself where it has them (F.pad would copy it)."
-    return x if x.shape[2] == length else F.pad(x, (0, 0) * (x.dim() - 3) + (0, length - x.shape[2]))
+    """`x` (b, h, t, d) zero-padded to `length` positions, in the model's (b, t, h, d) layout (so that `_blocks` of it
+    are views); `x` itself where it has them."""
+    b, h, t, d = x.shape
+    if t == length:
+        return x
+    out = x.new_empty(b, length, h, d).transpose(1, 2)
+    out[:, :, t:].zero_()
+    out[:, :, :t].copy_(x)
+    return out
 
 
-def _blocks_to_batch(x, span: int):
-    "(b, h, n·span, …) -> (b·n, h, span, …): each block of `span` positions a sequence of its own."
-    b, h, t, *d = x.shape
-    return x.view(b, h, t // span, span, *d).transpose(1, 2).reshape(-1, h, span, *d)
+def _blocks(x, span: int):
+    """(b, h, n·span, …) -> (b·n, h, span, …): each block of `span` positions a sequence of its own. A view where the
+    blocks follow one another in memory (the model's (b, t, h, d) layout, whole, and the kernels' outputs); else a
+    copy laid out so (positions outside heads) that the kernel's outputs and gradients come back as views."""
+    blocks = x.unflatten(2, (-1, span)).transpose(1, 2)  # (b, n, h, span, …)
+    b, n, h, _, *rest = blocks.shape
+    if b == 1 or n == 1 or blocks.stride(0) == n * blocks.stride(1):
+        return blocks.flatten(0, 1)
+    out = x.new_empty(b * n, span, h, *rest).transpose(1, 2)
+    out.view(b, n, h, span, *rest).copy_(blocks)
+    return out
 
 
-def _batch_to_blocks(x, b: int):
-    "The inverse of `_blocks_to_batch`: (b·n, h, span, …) -> (b, h, n·span, …)."
-    bn, h, span, *d = x.shape
-    return x.view(b, bn // b, h, span, *d).transpose(1, 2).reshape(b, h, -1, *d)
-
-
-def _windows(x, span: int):
-    "(b, h, n·span, d) -> (b·(n-1), h, 2·span, d): for blocks 1 … n-1, the block before each and the block itself."
-    _, h, _, d = x.shape
-    return x.unfold(2, 2 * span, span).permute(0, 2, 1, 4, 3).reshape(-1, h, 2 * span, d)
-
-
-def _unwindow(dx, b: int, span: int):
-    "The gradient (b, h, n·span, d) of what `_windows` gathered, given the gradient `dx` of its windows."
-    before, own = (_batch_to_blocks(part.contiguous(), b) for part in (dx[:, :, :span], dx[:, :, span:]))
-    return F.pad(before, (0, 0, 0, span)) + F.pad(own, (0, 0, span, 0))
+def _unblocks(x, b: int):
+    "The inverse of `_blocks`: (b·n, h, span, …) -> (b, h, n·span, …); a view where the layout allows, as there."
+    return x.unflatten(0, (b, -1)).transpose(1, 2).flatten(2, 3)
 
 
 NEAR_MASK = -30000.0  # outside the near part's band: finite in bf16 and fp16, exp() of it 0 in fp64
 
 
 def _near_biases(bias, span: int, dtype):
-    """The biases of the near calls from `bias` (h, ·) by distance: the first block's (1, h, span, span) (causal, the
-    kernel masks), and the later blocks' (1, h, span, 2·span): for query r of a block and key c of its window (the
-    block before it, then its own) bias[h, span + r - c] on distances 0 … span-1, NEAR_MASK elsewhere."""
+    """The two (1, h, span, span) biases of the near calls from `bias` (h, ·) by distance: a block against its own
+    keys (causal: the kernel masks), and a block against the keys of the block before it: for query r and key c
+    bias[h, span + r - c] on distances below span (c > r), NEAR_MASK elsewhere."""
     band = F.pad(bias, (0, max(span - bias.shape[-1], 0)))[:, :span]
-    r, c = torch.arange(span, device=bias.device)[:, None], torch.arange(2 * span, device=bias.device)
+    r, c = torch.arange(span, device=bias.device)[:, None], torch.arange(span, device=bias.device)
     dist = span + r - c
-    near = band[:, dist.clamp(0, span - 1)].masked_fill((dist < 0) | (dist >= span), NEAR_MASK)
-    return causal_bias(band, span, dtype), near.to(dtype)[None]
+    before = band[:, dist.clamp(0, span - 1)].masked_fill(dist >= span, NEAR_MASK)
+    return causal_bias(band, span, dtype), before.to(dtype)[None]
 
 
 class _SplitAttention(torch.autograd.Function):
-    """Causal attention with a bias zero from distance `span` on, as three fused calls merged by log-sum-exp: the first
-    block of `span` queries causal with the bias; the later blocks, each against its window (a batch of blocks that
-    shares one small bias); the far keys (distance >= span) causal without a bias."""
+    """Causal attention with a bias zero from distance `span` on, as three fused calls merged by log-sum-exp: each
+    block of `span` queries against its own keys, causal with the bias; each block after the first against the keys
+    of the block before it, with the bias on distances below `span` (the blocks a batch of sequences sharing one
+    small bias); the far keys (distance >= span) causal without a bias. Inputs, outputs and gradients pass as
+    strided views of one another; lengths not a multiple of `span` are padded (a copy of q, k, v)."""
     @staticmethod
     def forward(ctx, q, k, v, bias, span):
         b, _, t, _ = q.shape
         n = -(-t // span)
         qp, kp, vp = (_pad_time(x, n * span) for x in (q, k, v))
-        first, near = _near_biases(bias, span, q.dtype)
-        out, lse, t0, m0 = _fused_forward(*(x[:, :, :span].contiguous() for x in (qp, kp, vp)), first, True)
+        own, before = _near_biases(bias, span, q.dtype)
+        out, lse, t0, m0 = _fused_forward(*(_blocks(x, span) for x in (qp, kp, vp)), own, True)
+        out, lse = _unblocks(out, b), _unblocks(lse, b)  # out: the kernel's own buffer, merged into in place below
         tn, mn, tf, mf = (), None, (), None
         acc = torch.promote_types(q.dtype, torch.float32)
-        out, lse = out.to(acc), lse.to(acc)
+        lse = lse.to(acc)
         if n > 1:
-            out_n, lse_n, tn, mn = _fused_forward(_blocks_to_batch(qp[:, :, span:], span), _windows(kp, span),
-                                                  _windows(vp, span), near, False)
-            out_f, lse_f, tf, mf = _fused_forward(*(x.contiguous() for x in (qp[:, :, span:], kp[:, :, :-span],
-                                                                          vp[:, :, :-span])), None, True)
-            out_n, lse_n = _batch_to_blocks(out_n, b).to(acc), _batch_to_blocks(lse_n, b).to(acc)
-            lse_r = torch.logaddexp(lse_n, lse_f.to(acc))
-            out_r = out_n * (lse_n - lse_r).exp()[..., None] + out_f.to(acc) * (lse_f.to(acc) - lse_r).exp()[..., None]
-            out, lse = torch.cat([out, out_r], 2), torch.cat([lse, lse_r], 2)
-        out = out.to(q.dtype)
-        # q, k, v and the output are held for the band step anyway: the padded copies and the biases are redone
+            rest = (qp[:, :, span:], kp[:, :, :-span], vp[:, :, :-span])  # query i, key i - span: views
+            out_n, lse_n, tn, mn = _fused_forward(*(_blocks(x, span) for x in rest), before, False)
+            out_f, lse_f, tf, mf = _fused_forward(*rest, None, True)
+            lse_o, lse_n, lse_f = lse[..., span:], _unblocks(lse_n, b).to(acc), lse_f.to(acc)
+            lse_r = torch.logaddexp(torch.logaddexp(lse_o, lse_n), lse_f)
+            out_r = out[:, :, span:]
+            merged = out_r * (lse_o - lse_r).exp()[..., None]  # in `acc`: one temporary, the rest in place
+            merged.addcmul_(_unblocks(out_n, b), (lse_n - lse_r).exp()[..., None])
+            out_r.copy_(merged.addcmul_(out_f, (lse_f - lse_r).exp()[..., None]))
+            lse[..., span:] = lse_r
+        # q, k, v and the output are held for the band step anyway: padded copies and the biases are redone
         ctx.save_for_backward(q, k, v, bias, out, lse, *t0, *tn, *tf)
         ctx.span, ctx.t, ctx.meta, ctx.n_states = span, t, (m0, mn, mf), (len(t0), len(tn))
-        lse_out = lse[..., :t].contiguous()
+        lse_out = lse[..., :t]
         ctx.mark_non_differentiable(lse_out)
         return out[:, :, :t], lse_out
 
@@ -251,22 +282,19 @@ class _SplitAttention(torch.autograd.Function):
         t0, tn, tf = states[:n0], states[n0:n0 + nn], states[n0 + nn:]
         b, _, tp, _ = out.shape
         qp, kp, vp, d_out = (_pad_time(x, tp) for x in (q, k, v, d_out.to(q.dtype)))
-        first, near = _near_biases(bias, span, q.dtype)
-        dq, dk, dv = (F.pad(x, (0, 0, 0, tp - span)) for x in _fused_backward(
-            *(x[:, :, :span].contiguous() for x in (d_out, qp, kp, vp, out)), lse[..., :span].contiguous(), first,
-            True, t0, m0))
+        own, before = _near_biases(bias, span, q.dtype)
+        # the kernels differentiate at the merged output and log-sum-exp: each call returns its share of the gradients
+        dq, dk, dv = (_unblocks(x, b) for x in _fused_backward(
+            *(_blocks(x, span) for x in (d_out, qp, kp, vp, out)), _blocks(lse, span).contiguous(), own, True, t0, m0))
         if mn is not None:
-            rest = (_blocks_to_batch(x[:, :, span:], span) for x in (d_out, qp))
-            dqn, dkw, dvw = _fused_backward(*rest, _windows(kp, span), _windows(vp, span),
-                                            _blocks_to_batch(out[:, :, span:], span),
-                                            _blocks_to_batch(lse[..., span:], span).contiguous(),
-                                            near, False, tn, mn)
-            far = (d_out[:, :, span:], qp[:, :, span:], kp[:, :, :-span], vp[:, :, :-span], out[:, :, span:],
-                   lse[..., span:])
-            dqf, dkf, dvf = _fused_backward(*(x.contiguous() for x in far), None, True, tf, mf)
-            dq = dq + F.pad(_batch_to_blocks(dqn, b) + dqf, (0, 0, span, 0))
-            dk = dk + _unwindow(dkw, b, span) + F.pad(dkf, (0, 0, 0, span))
-            dv = dv + _unwindow(dvw, b, span) + F.pad(dvf, (0, 0, 0, span))
+            rest = (d_out[:, :, span:], qp[:, :, span:], kp[:, :, :-span], vp[:, :, :-span], out[:, :, span:])
+            lse_r = lse[..., span:]
+            grads_n = _fused_backward(*(_blocks(x, span) for x in rest), _blocks(lse_r, span).contiguous(), before,
+                                      False, tn, mn)
+            grads_f = _fused_backward(*rest, lse_r.contiguous(), None, True, tf, mf)
+            dq[:, :, span:].add_(_unblocks(grads_n[0], b)).add_(grads_f[0])  # in place: the gradients' own buffers
+            for grad, g_n, g_f in ((dk, grads_n[1], grads_f[1]), (dv, grads_n[2], grads_f[2])):
+                grad[:, :, :-span].add_(_unblocks(g_n, b)).add_(g_f)
         t = ctx.t
         return dq[:, :, :t], dk[:, :, :t], dv[:, :, :t], None, None
 
@@ -300,11 +328,14 @@ class _BandBiasGrad(torch.autograd.Function):
 
 
 def band_attention(q, k, v, band: torch.Tensor, kernel: Callable = dense_kernel, block_mask: BlockMask | None = None,
-                   step: Callable = band_bias_grad, **kernel_kwargs) -> torch.Tensor:
+                   step: Callable = band_bias_grad, mask: "PassMask | None" = None, **kernel_kwargs) -> torch.Tensor:
     """Causal attention of (b, h, t, d) q, k, v with the additive bias band[h, i - j] for 0 <= i - j < W and 0
     beyond (`band`: (h, W), a gradient if it needs one), the bias detached in `kernel` and its gradient from the band
-    `step` (`band_bias_grad` or `band_bias_grad_triton`)."""
+    `step` (`band_bias_grad` or `band_bias_grad_triton`). `mask`: a prefix-LM or padded pass (`PassMask`), with
+    `masked_kernel` and `band_bias_grad_masked`, both of which take it."""
     t = q.shape[-2]
+    if mask is not None:
+        kernel_kwargs, step = {"mask": mask, **kernel_kwargs}, functools.partial(step, mask=mask)
     flat = F.pad(band.detach(), (0, max(t - band.shape[-1], 0)))[:, :t].contiguous()
     if kernel is split_kernel:  # its near part must cover the band
         kernel_kwargs = {"span": split_span(band.shape[-1]), **kernel_kwargs}
@@ -338,8 +369,8 @@ def band_step_kernel():
     import triton
     import triton.language as tl
 
-    @triton.jit(do_not_specialize=["rows_per_bh", "n_bh", "t", "w"])  # one compile per configuration and width
-    def band_step(q, k, v, o, do, lse, bias, part, rows_per_bh, n_bh, t, w, scale,  # n_bh = b·h: a tuning key
+    @triton.jit(do_not_specialize=["rows_per_bh", "n_bh", "t", "w", "dtype_key"])  # one compile per configuration and width
+    def band_step(q, k, v, o, do, lse, bias, part, rows_per_bh, n_bh, t, w, dtype_key, scale,  # n_bh = b·h, dtype_key: tuning keys
                   sq_b, sq_h, sq_t, sk_b, sk_h, sk_t, sv_b, sv_h, sv_t, so_b, so_h, so_t, sd_b, sd_h, sd_t,
                   H: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                   BLOCK_D: tl.constexpr, BLOCK_W: tl.constexpr, IEEE: tl.constexpr, UNROLL: tl.constexpr):
@@ -384,13 +415,17 @@ def band_step_kernel():
     return band_step
 
 
+DTYPE_KEYS = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2, torch.float64: 3}  # the step's `dtype_key`
+
+
 @functools.cache
 def band_step_autotuned():
     "The band step under Triton's autotuner over BAND_STEP_CONFIGS, keyed by the shape (CUDA)."
     import triton
     configs = [triton.Config({"BLOCK_M": c.block_m, "BLOCK_N": c.block_n, "UNROLL": c.unroll}, num_warps=c.warps)
                for c in BAND_STEP_CONFIGS]
-    return triton.autotune(configs, key=["n_bh", "t", "w", "D"], reset_to_zero=["part"])(band_step_kernel())
+    # the inputs' dtype is a key of its own (DTYPE_KEYS), not left to the Triton version's habits
+    return triton.autotune(configs, key=["n_bh", "t", "w", "D", "dtype_key"], reset_to_zero=["part"])(band_step_kernel())
 
 
 def band_step_launch(q, k, v, out, lse, d_out, w: int, scale: float, bias: torch.Tensor,
@@ -404,7 +439,8 @@ def band_step_launch(q, k, v, out, lse, d_out, w: int, scale: float, bias: torch
     q, k, v, out, d_out = (x if x.stride(-1) == 1 else x.contiguous() for x in (q, k, v, out, d_out))
     part = torch.zeros(b * h, rows, block_w, device=q.device, dtype=torch.float32)
     args = (q, k, v, out, d_out, lse.float().contiguous(), bias[:, :w].float().contiguous(), part, rows, b * h, t, w,
-            scale, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3], *d_out.stride()[:3])
+            DTYPE_KEYS[q.dtype], scale, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3],
+            *d_out.stride()[:3])
     consts = dict(H=h, D=d, BLOCK_D=max(16, 1 << (d - 1).bit_length()), BLOCK_W=block_w,
                   IEEE=q.dtype == torch.float32, enable_fp_fusion=True)  # as measured; Triton 3.10 turns it off
     if config is None and os.environ.get("TRITON_INTERPRET") == "1":
@@ -434,3 +470,101 @@ def band_bias_grad_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out
 @band_bias_grad_triton.register_fake
 def _(q, k, v, out, lse, d_out, w, scale, bias):
     return q.new_empty(q.shape[1], w, dtype=torch.float32)
+
+# %% ../nbs/02g_band.ipynb #b1a0c002
+BAND_COMPOSITION_ENV = "DEPTHNB_BAND_COMPOSITION"  # "1": band variants run their CUDA composition on the CPU
+CPU_STAND_INS = {"split": "split", "cudnn": "cpu", "efficient": "cpu", "flex": "cpu"}  # kernel on CUDA -> on the CPU
+
+
+def band_variant(impl: str, device_type: str, composition: bool | None = None) -> tuple[str, Callable]:
+    """The kernel (a `KERNELS` key) and band step that the band variant `impl` ("band-<kernel>[-triton]") runs on a
+    `device_type` device. CUDA: its own. The CPU: "cpu" and the PyTorch step, or with `composition` (None: the
+    environment's BAND_COMPOSITION_ENV is "1") the variant's CUDA composition, the CPU standing in (CPU_STAND_INS)."""
+    kernel, triton = impl.removeprefix("band-").removesuffix("-triton"), impl.endswith("-triton")
+    if kernel not in CPU_STAND_INS:
+        raise ValueError(f"{impl!r} is not a band variant (band-<kernel>[-triton], kernel one of {list(CPU_STAND_INS)})")
+    if device_type != "cuda":
+        if composition is None:
+            composition = os.environ.get(BAND_COMPOSITION_ENV) == "1"
+        if not composition:
+            return "cpu", band_bias_grad
+        if triton and not (HAS_TRITON and os.environ.get("TRITON_INTERPRET") == "1"):
+            raise RuntimeError(f"{impl!r} on the CPU runs its Triton step under Triton's interpreter: set "
+                               "TRITON_INTERPRET=1 before Triton is first imported")
+        kernel = CPU_STAND_INS[kernel]
+    return kernel, band_bias_grad_triton if triton else band_bias_grad
+
+
+# %% ../nbs/02g_band.ipynb #b1a0c022
+@dataclass
+class PassMask:
+    """Who sees whom in a pass that is not plainly causal: the first `prefix_len[b]` positions of sequence b both ways
+    (a prefix LM; None: causal), and only keys with `key_real[b, j]` (padding: False; a query still sees itself)."""
+    prefix_len: torch.Tensor | None = None
+    key_real: torch.Tensor | None = None
+
+    def allows(self, b, q_idx, kv_idx):
+        "The rule, elementwise (FlexAttention's `mask_mod` signature)."
+        ok = kv_idx <= q_idx
+        if self.prefix_len is not None:
+            n = self.prefix_len[b]
+            ok = ok | ((q_idx < n) & (kv_idx < n))
+        if self.key_real is not None:
+            ok = ok & (self.key_real[b, kv_idx] | (kv_idx == q_idx))
+        return ok
+
+    def allowed(self, t: int, device) -> torch.Tensor:
+        "The rule as a (b, 1, t, t) boolean tensor."
+        ref = self.prefix_len if self.prefix_len is not None else self.key_real
+        i, j = torch.arange(t, device=device), torch.arange(t, device=device)
+        b = torch.arange(len(ref), device=device)
+        return self.allows(b[:, None, None], i[None, :, None], j[None, None, :])[:, None]
+
+
+def pass_block_mask(mask: PassMask, t: int, device) -> BlockMask:
+    "FlexAttention's `BlockMask` of `mask` for a length-`t` pass."
+    ref = mask.prefix_len if mask.prefix_len is not None else mask.key_real
+    return create_block_mask(lambda b, h, q_idx, kv_idx: mask.allows(b, q_idx, kv_idx), len(ref), None, t, t,
+                             device=device)
+
+
+def masked_kernel(q, k, v, bias, block_mask: BlockMask | None = None, mask: PassMask | None = None, **kwargs):
+    """Attention under `mask` with the detached `bias[h, max(i - j, 0)]`: (out, lse). CUDA: `flex_kernel` under
+    `block_mask` (`pass_block_mask(mask, …)`); the CPU: SDPA's fused CPU kernel with a dense additive mask."""
+    if q.device.type == "cuda":
+        return flex_kernel(q, k, v, bias, block_mask, **kwargs)
+    t = q.shape[-2]
+    dense = causal_bias(bias, t, q.dtype).masked_fill(~mask.allowed(t, q.device), float("-inf"))
+    return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, False, attn_mask=dense)
+
+
+def _upper_grad(q, k, v, out, lse, d_out, scale: float, c: torch.Tensor, mask: PassMask, block: int = 128):
+    """Σ dS over the keys after each query inside its prefix, per head (h,): there the bias is the one `c[h]`."""
+    b, h, t, _ = q.shape
+    acc = torch.promote_types(q.dtype, torch.float32)
+    grad = torch.zeros(h, dtype=acc, device=q.device)
+    n = mask.prefix_len[:, None, None, None]
+    for i0 in range(0, t - 1, block):  # every block, not just the longest prefix's: no host sync (torch.compile)
+        i1 = min(i0 + block, t)
+        rows, cols = torch.arange(i0, i1, device=q.device)[:, None], torch.arange(i0 + 1, t, device=q.device)
+        upper = (cols > rows) & (cols < n) & (rows < n)  # (b, 1, r, c)
+        if mask.key_real is not None:
+            upper = upper & mask.key_real.bool()[:, None, None, i0 + 1:]
+        qi, do, oi = (x[:, :, i0:i1].to(acc) for x in (q, d_out, out))
+        s = qi @ k[:, :, i0 + 1:].to(acc).transpose(-1, -2) * scale + c.to(acc)[None, :, None, None]
+        p = torch.exp(s - lse[:, :, i0:i1, None].to(acc)).masked_fill(~upper, 0)
+        dp = do @ v[:, :, i0 + 1:].to(acc).transpose(-1, -2)
+        grad += (p * (dp - (do * oi).sum(-1, keepdim=True))).sum((0, 2, 3))
+    return grad
+
+
+def band_bias_grad_masked(q, k, v, out, lse, d_out, w: int, scale: float, bias: torch.Tensor, mask: PassMask,
+                          block: int = 128) -> torch.Tensor:
+    """`band_bias_grad` of a pass under `mask`: the band below the diagonal without padding keys, and (a prefix)
+    the keys after the query in it, whose bias is the band's at distance 0."""
+    grad = band_bias_grad(q, k, v, out, lse, d_out, w, scale, bias, block, key_real=mask.key_real)
+    if mask.prefix_len is not None and w > 0:
+        grad = grad.index_add(1, torch.tensor([0], device=q.device),
+                              _upper_grad(q, k, v, out, lse, d_out, scale, bias[:, 0], mask, block)[:, None])
+    return grad
+

@@ -56,10 +56,14 @@ class ModelConfig:
     # "auto" (`resolve_attn_impl`: band attention on CUDA, SDPA elsewhere), "sdpa" (any device), "flex"
     # (FlexAttention, CUDA) or a BAND_IMPLS kernel (band attention, nbs/02g_band.ipynb)
     attn_impl: str = "auto"
+    # the training loss: "plain" (the logits, then cross-entropy) or "liger" (liger-kernel's fused projection and
+    # cross-entropy, no logits materialised: CUDA, or the CPU under TRITON_INTERPRET=1; `pip install depthnb[gpu]`)
+    loss_impl: str = "plain"
 
     def __post_init__(self):
         check_choice("ModelConfig.pos_emb", self.pos_emb, ("t5", "rope"))
         check_choice("ModelConfig.attn_impl", self.attn_impl, ("auto", "sdpa", "flex", *BAND_IMPLS))
+        check_choice("ModelConfig.loss_impl", self.loss_impl, ("plain", "liger"))
         for name in ("d_model", "d_attn", "n_heads", "d_ff", "n_layers", "n_vocab", "n_ctx"):
             check_range(f"ModelConfig.{name}", getattr(self, name), lo=1)
         if self.d_attn % self.n_heads:
@@ -371,7 +375,7 @@ def from_dict(cls, data: dict):
     return cls(**kwargs)
 
 
-KERNEL_FIELDS = ("attn_impl",)  # choose how a model computes, not what: runs that differ only here are the same run
+KERNEL_FIELDS = ("attn_impl", "loss_impl")  # choose how a model computes, not what: runs that differ only here are the same run
 
 
 def config_diff(a: dict, b: dict, prefix: str = "", new_fields_ok: bool = False) -> list[str]:

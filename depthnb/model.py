@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import math
+import os
 import warnings
 from dataclasses import dataclass
 
@@ -16,7 +17,8 @@ from fastcore.basics import patch
 from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex_attention
 from torch.utils.checkpoint import checkpoint
 
-from .band import HAS_TRITON, KERNELS, band_attention, band_bias_grad, band_bias_grad_triton, band_width, cpu_kernel
+from .band import (HAS_TRITON, KERNELS, PassMask, band_attention, band_bias_grad, band_bias_grad_masked, band_variant,
+                          band_width, masked_kernel, pass_block_mask)
 from .config import BAND_IMPLS, ModelConfig, resolve_attn_impl
 from .inference import KVCache, greedy_generate
 
@@ -24,7 +26,8 @@ from .inference import KVCache, greedy_generate
 __all__ = ['CAUSAL', 'CAUSAL_SPLIT_MIN_LEN', 'relative_position_bucket', 'RelativePositionBias', 'rope_rotate', 'FlexMask',
            'BandMask', 'PrefixMask', 'flex_attend', 'softmax_attention', 'causal_attention', 'attend', 'project',
            'Attention', 'GatedFFN', 'Layer', 'DecoderLM', 'attention_mask_bias', 'cache_masks', 'causal_block_mask',
-           'prefix_block_mask', 'flex_mask', 'band_mask', 'layer_mask', 'cross_entropy', 'extra_params']
+           'prefix_block_mask', 'flex_mask', 'band_mask', 'layer_mask', 'fused_linear_cross_entropy', 'cross_entropy',
+           'extra_params']
 
 # %% ../nbs/02_model.ipynb #d9e2b4dd
 def relative_position_bucket(distance: torch.Tensor, n_buckets: int = 32, max_distance: int = 128) -> torch.Tensor:
@@ -77,11 +80,13 @@ class FlexMask:
 
 @dataclass
 class BandMask:
-    "What band attention needs: the shifted bias on its band (n_heads, W), the kernel, (flex) the causal `BlockMask`, the band step."
+    """What band attention needs: the shifted bias on its band (n_heads, W), the kernel, (flex) the `BlockMask`, the band
+    step, and (a prefix LM or a padded pass) its `PassMask`."""
     band: torch.Tensor
     kernel: object
     block_mask: BlockMask | None = None
     step: object = band_bias_grad
+    mask: PassMask | None = None
 
 
 @dataclass
@@ -136,7 +141,7 @@ def attend(q, k, v, mask) -> torch.Tensor:
     if isinstance(mask, FlexMask):
         return flex_attend(q, k, v, mask)
     if isinstance(mask, BandMask):
-        return band_attention(q, k, v, mask.band, mask.kernel, mask.block_mask, mask.step)
+        return band_attention(q, k, v, mask.band, mask.kernel, mask.block_mask, mask.step, mask.mask)
     if isinstance(mask, str):
         return F.scaled_dot_product_attention(q, k, v, is_causal=True)
     if isinstance(mask, PrefixMask):  # prefix queries see later keys: the causal split below would drop them
@@ -332,23 +337,29 @@ def flex_mask(model: DecoderLM, n: int, device, prefix_len: torch.Tensor | None 
     return FlexMask(block, bias)
 
 
-def band_mask(model: DecoderLM, n: int, device) -> BandMask:
-    "The `BandMask` of a causal length-`n` pass: the bias by distance on the band minus the last bucket's, and the kernel."
+def band_mask(model: DecoderLM, n: int, device, mask: PassMask | None = None) -> BandMask:
+    """The `BandMask` of a length-`n` pass (causal, or under `mask`: a prefix LM, padding): the bias by distance on the
+    band minus the last bucket's, and the kernel."""
     rel = model.rel_bias
     band = rel.by_distance(model.band_width, device) - rel.table.weight[-1][:, None]
-    if torch.device(device).type != "cuda":
-        return BandMask(band, cpu_kernel)
+    if mask is not None:  # per-sequence masks: FlexAttention on CUDA, the fused CPU kernel here; the PyTorch step
+        block = pass_block_mask(mask, n, device) if torch.device(device).type == "cuda" else None
+        return BandMask(band, masked_kernel, block, band_bias_grad_masked, mask)
     impl = resolve_attn_impl(model.cfg.attn_impl, "cuda")
     if model.cfg.attn_impl == "auto" and not HAS_TRITON:  # a CUDA build of PyTorch without Triton
         impl = impl.removesuffix("-triton")
-    kernel = impl.removeprefix("band-").removesuffix("-triton")
-    step = band_bias_grad_triton if impl.endswith("-triton") else band_bias_grad
+    # the CPU: its fused kernel and the PyTorch step, or (DEPTHNB_BAND_COMPOSITION=1) the variant's CUDA composition
+    kernel, step = band_variant(impl, torch.device(device).type)
     return BandMask(band, KERNELS[kernel], causal_block_mask(n, device) if kernel == "flex" else None, step)
 
 
 def layer_mask(model: DecoderLM, q_pos, k_pos, key_padding=None, dtype=torch.float32, prefix_len=None):
     "What every layer attends with: a `FlexMask`, `BandMask`, `CAUSAL`, the additive `attention_mask_bias`, or (a prefix) `PrefixMask`."
     impl = resolve_attn_impl(model.cfg.attn_impl, q_pos.device.type)
+    if (prefix_len is not None or key_padding is not None) and len(q_pos) == len(k_pos) and impl in BAND_IMPLS \
+            and model.band_width is not None:  # a prefix LM (UL2) or a padded pass, no cached prefix: band attention
+        return band_mask(model, len(q_pos), q_pos.device, PassMask(prefix_len, None if key_padding is None
+                                                                   else key_padding.bool()))
     if prefix_len is not None:
         if key_padding is None and impl == "flex" and q_pos.device.type == "cuda":
             return flex_mask(model, len(q_pos), q_pos.device, prefix_len)
@@ -381,6 +392,26 @@ class _CrossEntropy(torch.autograd.Function):
         return grad_logits, None, None
 
 
+def fused_linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
+                               ignore_index: int = -100) -> torch.Tensor:
+    """`F.cross_entropy(hidden @ weight.T, targets)` (mean over targets != ignore_index) in liger-kernel's fused
+    projection and cross-entropy, which never holds the (n, V) logits: chunks of rows, their gradients computed in
+    the forward. Triton kernels: CUDA, or the CPU under Triton's interpreter (TRITON_INTERPRET=1)."""
+    if hidden.device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
+        raise RuntimeError("loss_impl='liger' runs liger-kernel's Triton kernels: on CUDA, or on the CPU under "
+                           "Triton's interpreter (TRITON_INTERPRET=1)")
+    try:
+        from liger_kernel.transformers.functional import liger_fused_linear_cross_entropy
+    except ImportError as e:
+        raise ImportError("loss_impl='liger' needs liger-kernel: pip install 'depthnb[gpu]'") from e
+    device = hidden.device.type
+    if torch.is_autocast_enabled(device):  # a custom function: autocast does not cast its inputs
+        dtype = torch.get_autocast_dtype(device)
+        hidden, weight = hidden.to(dtype), weight.to(dtype)
+    accum = torch.float32 if hidden.dtype in (torch.float16, torch.bfloat16) else None  # the gradients' sums in fp32
+    return liger_fused_linear_cross_entropy(hidden, weight, targets, ignore_index=ignore_index, accum_dtype=accum)
+
+
 def cross_entropy(logits: torch.Tensor, targets: torch.Tensor, ignore_index: int = -100) -> torch.Tensor:
     "`F.cross_entropy(logits, targets, ignore_index=ignore_index)` of (n, V) logits, with a one-pass backward."
     return _CrossEntropy.apply(logits, targets, ignore_index)
@@ -391,7 +422,8 @@ def forward(self: DecoderLM, idx: torch.Tensor, targets: torch.Tensor | None = N
              attention_mask: torch.Tensor | None = None, cache: KVCache | None = None,
              prefix_len: torch.Tensor | None = None):
     """Logits (b, t, n_vocab) and, if `targets` is given, the mean cross-entropy (ignore_index -100); the logits
-    then come back detached, for reading: the gradient flows through the loss. With a `cache`, `attention_mask`
+    then come back detached, for reading: the gradient flows through the loss (with `cfg.loss_impl="liger"` and
+    gradients on, None: the fused loss holds no logits). With a `cache`, `attention_mask`
     is read at the first call (the prompt); later positions are real tokens. `prefix_len` (b,): the first
     `prefix_len[i]` positions of sequence i attend to each other both ways (a prefix LM); None: causal."""
     start, t = (cache.length if cache is not None else 0), idx.shape[1]
@@ -413,6 +445,8 @@ def forward(self: DecoderLM, idx: torch.Tensor, targets: torch.Tensor | None = N
             x = layer(x, mask, q_pos, cache, i)
     if cache is not None:
         cache.length += t
+    if targets is not None and self.cfg.loss_impl == "liger" and torch.is_grad_enabled():  # training: no logits
+        return None, fused_linear_cross_entropy(self.norm(x).flatten(0, 1), self.lm_head.weight, targets.flatten())
     logits = self.lm_head(self.norm(x))
     if targets is None:
         return logits, None

@@ -12,11 +12,15 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+from torch.utils._python_dispatch import TorchDispatchMode
 
-from depthnb.band import (BAND_STEP_CONFIGS, KERNELS, band_attention, band_bias_grad, band_bias_grad_triton,
-                          band_step_kernel, band_step_launch, band_width, bias_score_mod, cpu_kernel, dense_kernel)
+import depthnb.model
+from depthnb.band import (BAND_COMPOSITION_ENV, BAND_STEP_CONFIGS, CPU_STAND_INS, DTYPE_KEYS, KERNELS, PassMask,
+                          aligned_causal, band_attention, band_bias_grad, band_bias_grad_masked, band_bias_grad_triton,
+                          band_step_autotuned, band_step_kernel, band_step_launch, band_variant, band_width,
+                          bias_score_mod, causal_bias, cpu_kernel, dense_kernel, masked_kernel)
 from depthnb.config import BAND_IMPLS, ModelConfig
-from depthnb.model import BandMask, DecoderLM, PrefixMask, layer_mask, relative_position_bucket
+from depthnb.model import BandMask, DecoderLM, layer_mask, relative_position_bucket
 from depthnb.presets import CPU_CLASS, PRESETS, SAUNSHI_CLASSES, SIZE_CLASSES, TINY_CLASS, resolve_size_class
 
 CLASSES = [*SIZE_CLASSES.values(), *SAUNSHI_CLASSES.values(), *map(resolve_size_class, (TINY_CLASS, CPU_CLASS))]
@@ -35,10 +39,10 @@ def values_and_grads(fn, q, k, v, band, d_out):
     return [out.detach()] + [x.grad for x in leaves]
 
 
-def assert_matches(fn, q, k, v, band, d_out, eps):
+def assert_matches(fn, q, k, v, band, d_out, eps, ref=dense_attention):
     names = ("output", "dq", "dk", "dv", "dband")
     for name, mine, ref in zip(names, values_and_grads(fn, q, k, v, band, d_out),
-                               values_and_grads(dense_attention, q, k, v, band, d_out)):
+                               values_and_grads(ref, q, k, v, band, d_out)):
         err = (mine - ref).abs().max().item() / max(1.0, ref.abs().max().item())
         assert err < eps, f"{name}: relative error {err:.2e} >= {eps:.0e}"
 
@@ -75,6 +79,68 @@ def test_split_kernel_on_the_models_layout(t):
     assert_matches(lambda *a: band_attention(*a, kernel=KERNELS["split"]), q, k, v, band, d_out, 1e-12)
 
 
+@pytest.mark.parametrize("t", [37, 500, 1000])  # not a multiple of 8 (padded), and one that is (as it is)
+def test_aligned_causal_is_exact(t):
+    "The padding cudnn_kernel gives a length that is not a multiple of 8, with the CPU kernel in cuDNN's place."
+    torch.manual_seed(t)
+    q, k, v, d_out = (torch.randn(1, 2, t, 8, dtype=torch.float64) for _ in range(4))
+    band = torch.randn(2, 113, dtype=torch.float64)
+    assert_matches(lambda *a: band_attention(*a, kernel=lambda *x: aligned_causal(cpu_kernel, *x[:4], 8)),
+                   q, k, v, band, d_out, 1e-12)
+    calls = []
+    aligned_causal(lambda *x: calls.append(x[0].shape[-2]) or (x[0], x[0][..., 0]), q, k, v,
+                   F.pad(band, (0, t))[:, :t], 8)
+    assert calls == [t + (-t % 8)]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="Triton is not installed")
+def test_band_step_tunes_per_dtype():
+    "The autotuner keys its choice on the inputs' dtype too (bf16 and fp16 pick apart), whatever Triton does itself."
+    assert band_step_autotuned().keys == ["n_bh", "t", "w", "D", "dtype_key"]
+    assert "dtype_key" in band_step_kernel().arg_names and len(set(DTYPE_KEYS.values())) == len(DTYPE_KEYS)
+
+
+class Allocations(TorchDispatchMode):
+    """Tensors shaped like q (last dim `d`, at least `numel` elements) that ops other than the fused CPU kernel
+    allocate: copies and temporaries, not views, not in-place results, not what the kernel itself returns."""
+    FUSED = (torch.ops.aten._scaled_dot_product_flash_attention_for_cpu,
+             torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward)
+
+    def __init__(self, d: int, numel: int):
+        super().__init__()
+        self.d, self.numel, self.sizes = d, numel, []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if func.overloadpacket in self.FUSED or func.overloadpacket is torch.ops.aten._unsafe_view:  # a view
+            return out
+        for ret, x in zip(func._schema.returns, out if isinstance(out, (tuple, list)) else (out,)):
+            if isinstance(x, torch.Tensor) and ret.alias_info is None and x.shape[-1] == self.d and x.numel() >= self.numel:
+                self.sizes.append(x.numel())
+        return out
+
+
+@pytest.mark.parametrize("t, forward, backward", [(512, 3 * 3 + 3, 5 * 3), (500, 3 * 4 + 3 * 3 + 3, 4 * 4 + 5 * 3)])
+def test_split_kernel_copies(t, forward, backward):
+    """What the split kernel allocates beside the fused calls, in quarters of a (b, h, t, d) tensor (4 blocks), with
+    q, k, v in the model's layout: forward, the shifted blocks' q, k, v (3/4 each) and the merge's one temporary;
+    backward, the shifted blocks' dO, q, k, v and O. With a ragged end, padded copies (4/4) of q, k, v (and dO)."""
+    b, h, d = 2, 4, 64
+    torch.manual_seed(t)
+    q, k, v, d_out = (torch.randn(b, t, h, d, dtype=torch.float64).transpose(1, 2).requires_grad_(i < 3)
+                      for i in range(4))
+    bias, quarter = F.pad(torch.randn(h, 113, dtype=torch.float64), (0, t - 113)), b * h * 128 * d  # the band
+    with Allocations(d, quarter) as fwd:
+        out, lse = KERNELS["split"](q, k, v, bias)
+    with Allocations(d, quarter) as bwd:
+        grads = torch.autograd.grad(out, (q, k, v), d_out)
+    assert (sum(fwd.sizes) / quarter, sum(bwd.sizes) / quarter) == pytest.approx((forward, backward), rel=0.03), \
+        (fwd.sizes, bwd.sizes)
+    ref = dense_kernel(q, k, v, bias)[0]
+    for mine, theirs in zip(grads, torch.autograd.grad(ref, (q, k, v), d_out)):
+        torch.testing.assert_close(mine, theirs, rtol=1e-12, atol=1e-12)
+
+
 @pytest.mark.slow  # compiling: ~15 s on two cores
 def test_split_kernel_compiles_whole():
     "torch.compile traces the split kernel's forward and backward in one graph (as a compiled model calls it on CUDA)."
@@ -97,14 +163,18 @@ def test_bucket_fact_for_every_preset_context():
         assert (buckets[width:] == cfg.rel_buckets - 1).all() and (width == 0 or buckets[width - 1] != cfg.rel_buckets - 1)
 
 
-@pytest.mark.parametrize("impl", BAND_IMPLS)
-def test_model_trains_as_the_dense_path(impl):
-    "Loss, logits and every parameter's gradient (the bias table's included) equal the sdpa path's, in float32."
+def model_trains_as_the_dense_path(impl):
+    """Loss, logits and every parameter's gradient (the bias table's included) of `impl` equal the sdpa path's, in
+    float32, with each layer's mask what the variant's composition names (`band_variant`)."""
     cfg = ModelConfig(d_model=64, d_attn=64, n_heads=4, d_ff=96, n_layers=2, n_vocab=97, n_ctx=256)
     torch.manual_seed(0)
     dense, band = DecoderLM(cfg), DecoderLM(replace(cfg, attn_impl=impl))
     band.load_state_dict(dense.state_dict())
     tokens = torch.randint(0, cfg.n_vocab, (2, 230))
+    pos = torch.arange(230)
+    kernel, step = band_variant(impl, "cpu")
+    mask = layer_mask(band, pos, pos)
+    assert mask.kernel is KERNELS[kernel] and mask.step is step, (impl, mask)
     losses = []
     for m in (dense, band):
         loss = m(tokens, tokens)[1]
@@ -116,6 +186,91 @@ def test_model_trains_as_the_dense_path(impl):
     assert band.rel_bias.table.weight.grad[-1].abs().sum() > 0  # the last bucket gets minus the band's sum
 
 
+@pytest.mark.parametrize("impl", [i for i in BAND_IMPLS if not i.endswith("-triton")])
+@pytest.mark.parametrize("composition", ["0", "1"])
+def test_model_trains_as_the_dense_path(impl, composition, monkeypatch):
+    "Each variant as the CPU runs it by default (the CPU kernel, the PyTorch step) and in its CUDA composition."
+    monkeypatch.setenv(BAND_COMPOSITION_ENV, composition)
+    expected = CPU_STAND_INS[impl.removeprefix("band-")] if composition == "1" else "cpu"
+    assert band_variant(impl, "cpu")[0] == expected
+    model_trains_as_the_dense_path(impl)
+
+
+@pytest.mark.parametrize("impl", ["band-split", "band-cudnn-triton"])
+def test_prefix_lm_and_padded_batches_train_as_the_dense_path(impl, monkeypatch):
+    """UL2's prefix-LM batches (`prefix_len`, as `optim.train_step` hands them to the model) and a padded batch take
+    the band path: loss and every gradient equal the sdpa path's, in float32."""
+    cfg = ModelConfig(d_model=64, d_attn=64, n_heads=4, d_ff=96, n_layers=2, n_vocab=97, n_ctx=256)
+    torch.manual_seed(0)
+    dense, band = DecoderLM(cfg), DecoderLM(replace(cfg, attn_impl=impl))
+    band.load_state_dict(dense.state_dict())
+    tokens = torch.randint(0, cfg.n_vocab, (3, 230))
+    padding = torch.ones(3, 230, dtype=torch.long)
+    padding[2, 200:] = 0
+    calls = []
+
+    def counted(q, *a, **kw):
+        calls.append(q.shape)
+        return masked_kernel(q, *a, **kw)
+    monkeypatch.setattr(depthnb.model, "masked_kernel", counted)
+    for kwargs in (dict(prefix_len=torch.tensor([0, 57, 230])), dict(attention_mask=padding)):
+        losses, calls[:] = [], []
+        for m in (dense, band):
+            m.zero_grad()
+            loss = m(tokens, tokens, **kwargs)[1]
+            loss.backward()
+            losses.append(loss.item())
+        assert calls == [(3, 4, 230, 16)] * cfg.n_layers, calls  # each layer of the band model on the band path
+        assert losses[0] == pytest.approx(losses[1], rel=1e-6)
+        for (name, p), q in zip(band.named_parameters(), dense.parameters()):
+            torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-6, msg=lambda m: f"{name}: {m}")
+
+
+def check_model_compositions_interpreted():
+    "What the next test runs in a fresh process under Triton's interpreter: the `-triton` variants' compositions."
+    for impl in BAND_IMPLS:
+        if impl.endswith("-triton"):
+            assert band_variant(impl, "cpu")[1] is band_bias_grad_triton
+            model_trains_as_the_dense_path(impl)
+
+
+@pytest.mark.slow  # the Triton step interpreted in 2 layers × 2 variants: ~20 s on one core
+@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="Triton is not installed")
+def test_model_trains_as_the_dense_path_with_the_triton_step():
+    "The `-triton` variants' CUDA compositions (split or the CPU fused op, the Triton step interpreted) in the model."
+    env = {**os.environ, "TRITON_INTERPRET": "1", BAND_COMPOSITION_ENV: "1", "OMP_NUM_THREADS": "1"}
+    code = "import test_band; test_band.check_model_compositions_interpreted(); print('ok')"
+    result = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parent, env=env, capture_output=True,
+                            text=True, timeout=900)
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-3000:]
+
+
+def masked_dense_attention(q, k, v, band, mask):
+    "The reference of a prefix-LM or padded pass: the bias along its diagonals (the distance-0 value after the query), -inf where the mask forbids."
+    t = q.shape[-2]
+    flat = F.pad(band, (0, max(t - band.shape[-1], 0)))[:, :t]
+    scores = q @ k.transpose(-1, -2) * q.shape[-1] ** -0.5 + causal_bias(flat, t, q.dtype)
+    return torch.softmax(scores.masked_fill(~mask.allowed(t, q.device), float("-inf")), -1) @ v
+
+
+@pytest.mark.parametrize("t", [37, 128, 300])  # shorter than the band, one block, not a multiple of it
+@pytest.mark.parametrize("dtype, eps", [(torch.float64, 1e-12), (torch.float32, 1e-5)])
+def test_prefix_and_padded_band_equal_dense(t, dtype, eps):
+    "Prefixes of several lengths (none, 1, within and beyond the band, the whole pass), padding keys, every head width."
+    for d in HEAD_WIDTHS:
+        torch.manual_seed(d + t)
+        q, k, v, d_out = (torch.randn(4, 2, t, d, dtype=dtype) for _ in range(4))
+        band = torch.randn(2, 113, dtype=dtype)
+        real = torch.ones(4, t, dtype=torch.bool)
+        real[1, :t // 3] = False  # left padding
+        real[3, t - t // 4:] = False  # right padding
+        lengths = [(0, 1, t // 2, t), (min(113, t), min(129, t), t - 1, 5)]
+        for prefix, key_real in ((lengths[0], None), (lengths[1], real), (None, real)):
+            mask = PassMask(None if prefix is None else torch.tensor(prefix), key_real)
+            assert_matches(lambda *a: band_attention(*a, kernel=masked_kernel, step=band_bias_grad_masked, mask=mask),
+                           q, k, v, band, d_out, eps, ref=lambda *a: masked_dense_attention(*a, mask))
+
+
 def test_exact_paths_where_the_identity_does_not_hold():
     cfg = ModelConfig(d_model=32, d_attn=32, n_heads=2, d_ff=48, n_layers=2, n_vocab=50, n_ctx=256, attn_impl="band-flex")
     torch.manual_seed(1)
@@ -123,10 +278,17 @@ def test_exact_paths_where_the_identity_does_not_hold():
     dense.load_state_dict(band.state_dict())
     pos = torch.arange(150)
     assert isinstance(layer_mask(band, pos, pos), BandMask)
-    assert isinstance(layer_mask(band, pos, pos, prefix_len=torch.tensor([20, 140])), PrefixMask)
-    assert isinstance(layer_mask(band, pos, pos, key_padding=torch.ones(2, 150)), torch.Tensor)
+    prefix = layer_mask(band, pos, pos, prefix_len=torch.tensor([20, 140]))  # UL2's passes: the band path
+    assert isinstance(prefix, BandMask) and prefix.kernel is masked_kernel and prefix.mask.prefix_len.tolist() == [20, 140]
+    padded = layer_mask(band, pos, pos, key_padding=torch.ones(2, 150))
+    assert isinstance(padded, BandMask) and padded.mask.key_real.all()
+    # a cached prefix (a decoding step: 1 query, 151 keys): the exact dense path
+    assert isinstance(layer_mask(band, pos[-1:], torch.arange(151), key_padding=torch.ones(2, 151)), torch.Tensor)
     prompt = torch.randint(0, cfg.n_vocab, (2, 150))
     assert torch.equal(band.generate(prompt, 8), dense.generate(prompt, 8))  # cached decoding: the dense path
+    padding = torch.ones(2, 150, dtype=torch.long)
+    padding[0, :30] = 0  # a left-padded prompt: its pass on the band path, its steps dense
+    assert torch.equal(band.generate(prompt, 8, attention_mask=padding), dense.generate(prompt, 8, attention_mask=padding))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         short = DecoderLM(replace(cfg, n_ctx=100))  # the last bucket starts at 113: no band below n_ctx
@@ -235,6 +397,28 @@ def test_cuda_kernels_match_fp32_dense(impl):
 
 
 @pytest.mark.gpu
+def test_cuda_prefix_and_padded_band_match_fp32_dense():
+    "On CUDA, in bf16: a prefix-LM and padded pass (FlexAttention under the pass's block mask, the masked band step)."
+    from depthnb.band import pass_block_mask
+    for t, d in ((t, d) for t in (1024, 1000) for d in HEAD_WIDTHS):
+        torch.manual_seed(d)
+        q, k, v, d_out = (torch.randn(3, 4, t, d, device="cuda") for _ in range(4))
+        band = torch.randn(4, 113, device="cuda")
+        real = torch.ones(3, t, dtype=torch.bool, device="cuda")
+        real[2, t - 100:] = False
+        mask = PassMask(torch.tensor([0, 300, t], device="cuda"), real)
+        block_mask = pass_block_mask(mask, t, "cuda")
+        mine = values_and_grads(lambda q, k, v, b: band_attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), b,
+                                                                  kernel=masked_kernel, block_mask=block_mask,
+                                                                  step=band_bias_grad_masked, mask=mask).float(),
+                                q, k, v, band, d_out)
+        ref = values_and_grads(lambda *a: masked_dense_attention(*a, mask), q, k, v, band, d_out)
+        for name, a, b in zip(("output", "dq", "dk", "dv", "dband"), mine, ref):
+            err = ((a - b).norm() / b.norm()).item()
+            assert err < 2e-2, f"t {t}, d_head {d}, {name}: relative error {err:.2e}"
+
+
+@pytest.mark.gpu
 def test_cuda_band_step_configurations_agree():
     "On CUDA, in bf16: every launch configuration of the Triton band step against the PyTorch step, at every head width."
     for d in HEAD_WIDTHS:
@@ -294,7 +478,51 @@ def test_attention_check_rehearses_on_the_cpu(tmp_path):
     assert check.main(argv) == 0
     result = json.loads((tmp_path / "attention_check.json").read_text())
     rows = {r["variant"]: r for r in result["rows"]}
-    assert rows["band-flex"]["correct"] and rows["band-flex"]["dtable"] < 1e-5 and rows["sdpa"]["dtable"] == 0
+    assert rows["band-flex"]["correct"] and rows["band-flex"]["dtable"] < 1e-5 and rows["sdpa"]["dtable"] < 1e-6
+    assert result["lengths"] == [256, 180] and result["block"] == 128
+    for length, n_blocks in (("256", 2), ("180", 2)):  # 180: a short last block
+        assert all(len(rows["band-flex"]["blocks"][length][key]) == n_blocks for key in ("out", "dq", "dk", "dv"))
+    assert rows["band-flex"]["backend"] == "cpu (SDPA flash, CPU) + band step (PyTorch)"  # flex's CPU stand-in
+    assert "t 180" in rows["band-flex"]["worst"] or "t 256" in rows["band-flex"]["worst"]
+    assert check.BAND_COMPOSITION_ENV not in os.environ  # set for the check only
     assert result["fastest_correct"] == "band-flex" and "fastest correct band variant: band-flex" in record.read_text()
     with pytest.raises(SystemExit):
         check.parse_args(["--variants", "nope"])
+
+
+def load_attention_check():
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "attention_check.py"
+    spec = importlib.util.spec_from_file_location("attention_check", path)
+    check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(check)
+    return check
+
+
+class _WrongBlock(torch.autograd.Function):
+    "Identity whose backward scales the gradient of positions 384-511 (block 3) by 1.04: a bug confined to one block."
+    @staticmethod
+    def forward(ctx, x):
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        grad = grad.clone()
+        grad[:, :, 384:512] *= 1.04
+        return grad
+
+
+def test_attention_check_finds_one_wrong_block(monkeypatch):
+    "A variant wrong by 4% in one block of dq passes a global norm at 1,024 tokens, not the per-block comparison."
+    check = load_attention_check()
+    call = check.variant_call
+
+    def wrong(name, *a, **kw):
+        fn, table = call(name, *a, **kw)
+        return (lambda q, k, v: fn(_WrongBlock.apply(q), k, v)), table
+    monkeypatch.setattr(check, "variant_call", wrong)
+    row = check.check_lengths("band-split", "134M", (1024,), 1, torch.device("cpu"), torch.float32)
+    dq = row["blocks"]["1024"]["dq"]
+    assert len(dq) == 8 and max(range(8), key=dq.__getitem__) == 3 and dq[3] > 2e-2 and row["dq"] == dq[3]
+    assert max(dq[:3] + dq[4:]) < 1e-5 and row["worst"].startswith("dq, t 1024, block 3")
+    whole = (sum(e ** 2 for e in dq) / len(dq)) ** 0.5  # about the global norm's error: each block has a like norm
+    assert whole < 2e-2, whole

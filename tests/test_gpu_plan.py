@@ -1,7 +1,7 @@
 """benchmarks/gpu_plan.py, the GPU plan: its stages come in the promised order and each fits a job of the default
 deadline, its commands and returned records name no machine's paths, no tracked file holds one (notebooks' saved
-outputs included), and (slow) the CPU dress rehearsal: prepare, a first job cut mid-pretraining, a second job that
-resumes, and the report assembled from the two results folders."""
+outputs included), and (slow) the CPU dress rehearsal: prepare, a first job of the attention stages alone, a second
+job cut mid-pretraining, a third that resumes, and the report assembled from the three results folders."""
 import importlib.util
 import json
 import os
@@ -43,8 +43,8 @@ def test_budget_jobs():
     assert all(sec <= capacity for sec in seconds.values()), seconds  # every stage fits the first job
     jobs = gpu_plan.schedule_jobs(seconds)
     finished = [[n for n, fin in ran if fin] for ran in jobs]
-    assert finished[0][:2] == ["attention-374M", "attention"]  # the missed 374M target, then the 134M one, in one job
-    assert finished[1][0] == "cuda-tests"
+    assert finished[0] == ["attention-374M", "attention"]  # the missed 374M target, then the 134M one, in one job
+    assert finished[1][:2] == ["attention-profile", "cuda-tests"]
     assert sorted(n for f in finished for n in f) == sorted(gpu_plan.STAGE_NAMES)  # each stage finished once
     done, spent = [], {}
     for ran, names in zip(jobs, finished):
@@ -53,6 +53,11 @@ def test_budget_jobs():
             part = seconds[n] - spent.get(n, 0.0) if fin else capacity - used
             spent[n], used = spent.get(n, 0.0) + part, used + part
         assert used <= capacity + 1e-6
+        left = capacity  # a benchmark starts only where its estimate and the overrun it may take fit what is left
+        for n, fin in ran:
+            if gpu_plan.STAGE_BY_NAME[n].kind == "bench":
+                assert seconds[n] + gpu_plan.OVERRUN_SECONDS <= left, n
+            left -= seconds[n]
         for n in names:  # a stage's prerequisites finished before it, in this job or an earlier one
             assert all(a in done for a in gpu_plan.STAGE_BY_NAME[n].after), n
             done.append(n)
@@ -66,6 +71,64 @@ def test_budget_jobs():
         gpu_plan.schedule_jobs(seconds, seconds["attention-374M"] + 20)
 
 
+def test_first_job_fits_with_a_minute_spare():
+    "The first job: the 374M check and bench, then 134M's; at most 7.5 minutes of estimates, a minute or more spare."
+    seconds = gpu_plan.stage_seconds(PRESETS["gpu"])
+    first = gpu_plan.schedule_jobs(seconds)[0]
+    assert first == [("attention-374M", True), ("attention", True)] and tuple(n for n, _ in first) == gpu_plan.FIRST_JOB
+    used = sum(seconds[n] for n, _ in first)
+    assert used <= gpu_plan.FIRST_JOB_SECONDS == 450
+    assert gpu_plan.job_seconds() - used >= gpu_plan.FIRST_JOB_SLACK == 60
+    # both overrunning to their cut still leave the packing its time
+    assert used + len(first) * gpu_plan.OVERRUN_SECONDS <= gpu_plan.job_seconds()
+    flags = gpu_plan.PLAN_BENCH_FLAGS  # their profiles run in a later stage, from the checks they wrote
+    assert "profile" not in flags["attention"][1] and "profile" not in flags["attention-374M"][1]
+    assert flags["attention-profile"] == ["--pick", "runs/gpu-plan/bench/attention-374M/attention_check.json,"
+                                                    "runs/gpu-plan/bench/attention/attention_check.json"]
+
+
+def fake_bench(monkeypatch, tmp_path, script: str, estimate: float):
+    "A Job whose `attention` stage runs `script` (Python) under an estimate of `estimate` s and no overrun."
+    monkeypatch.setitem(gpu_plan.BENCH_SECONDS, "attention", estimate)
+    monkeypatch.setattr(gpu_plan, "OVERRUN_SECONDS", 0)
+    plan = dict(preset="gpu", overrides={}, stages=["attention", "cuda-tests"], bench_flags={})
+    (tmp_path / "benchmarks").mkdir()
+    (tmp_path / "benchmarks" / "RESULTS.md").write_text("# Results\n")
+    state = tmp_path / gpu_plan.STATE_DIR / "state.json"
+    (state.parent / "logs").mkdir(parents=True)
+    state.write_text(json.dumps(dict(jobs=1, stages={})))  # not the first job: every stage may run
+    job = gpu_plan.Job(tmp_path, tmp_path / "out", 540, plan, set(), log=lambda *a: None)
+    job.command = lambda stage: [sys.executable, "-c", script if stage.name == "attention" else "pass"]
+    return job
+
+
+def test_a_benchmark_past_its_estimate_is_cut_and_recorded(monkeypatch, tmp_path):
+    "It is cut at its estimate (and the overrun), recorded as cut with why, not run again; the next stage runs."
+    script = "import time; open('partial.txt', 'w').write('row 1'); print('row 1', flush=True); time.sleep(60)"
+    job = fake_bench(monkeypatch, tmp_path, script, 2)
+    t0 = time.time()
+    job.run(("attention", "cuda-tests"))
+    assert time.time() - t0 < 30
+    state = json.loads((tmp_path / "out" / "state.json").read_text())
+    rec = state["stages"]["attention"]
+    assert rec["status"] == "cut" and rec["overran"] and "ran past its estimate of 2 s" in rec["why"]
+    assert state["stages"]["cuda-tests"]["status"] == "done"  # the job went on
+    assert (tmp_path / "partial.txt").read_text() == "row 1"  # what it wrote before the cut stays
+    log = (tmp_path / gpu_plan.STATE_DIR / "logs" / "attention.log").read_text()
+    assert "row 1" in log
+    started = []  # the next job does not start it again
+    job2 = gpu_plan.Job(tmp_path, tmp_path / "out", 540, job.plan, set(), log=lambda *a: None)
+    job2.run_stage = lambda stage: started.append(stage.name) or "done"
+    job2.run(("attention", "cuda-tests"))
+    assert started == []  # cuda-tests was done too
+
+
+def test_a_benchmark_within_its_estimate_is_done(monkeypatch, tmp_path):
+    job = fake_bench(monkeypatch, tmp_path, "print('ok')", 30)
+    job.run(("attention",))
+    assert json.loads((tmp_path / "out" / "state.json").read_text())["stages"]["attention"]["status"] == "done"
+
+
 def test_small_does_not_fit_and_gpu_is_derived_from_it():
     assert sum(gpu_plan.stage_seconds(PRESETS["small"]).values()) > 3 * gpu_plan.job_seconds()
     g, s = PRESETS["gpu"], PRESETS["small"]
@@ -75,8 +138,8 @@ def test_small_does_not_fit_and_gpu_is_derived_from_it():
 
 def test_stage_order():
     names = list(gpu_plan.STAGE_NAMES)
-    # the attention target still missed (374M), the one met (134M), then the CUDA tests
-    assert names[:3] == ["attention-374M", "attention", "cuda-tests"]
+    # the attention target still missed (374M), the one met (134M), their profiles, then the CUDA tests
+    assert names[:4] == ["attention-374M", "attention", "attention-profile", "cuda-tests"]
     assert "bench-134M" not in names and "bench-374M" not in names  # the attention stages run both shapes themselves
     assert names.index("pretrain") < names.index("finetune") < names.index("controls") < names.index("stacking")
     for s in gpu_plan.STAGES:  # a stage's prerequisites come before it
@@ -94,7 +157,7 @@ def test_attention_stage_runs_the_check_with_relative_paths(tmp_path):
     plan = dict(preset="gpu", overrides={"pretrain.steps": "5"}, stages=list(gpu_plan.STAGE_NAMES), bench_flags={})
     job = gpu_plan.Job(tmp_path, tmp_path / "out", 540, plan, set(), log=lambda *a: None)
     assert job.command(attention) == ["bash", "benchmarks/gpu.sh", "--out", "runs/gpu-plan/bench/attention", "attention"]
-    assert gpu_plan.REHEARSAL_BENCH_FLAGS["attention"] == ["--device", "cpu", "--shrink"]
+    assert gpu_plan.REHEARSAL_BENCH_FLAGS["attention"] == ["--device", "cpu", "--shrink", "--bench-parts", "train"]
     for stage in gpu_plan.STAGES:  # every command as its log records it: no absolute path
         line = gpu_plan.shown(job.command(stage), tmp_path)
         assert not [a for a in line.split() if a.startswith("/")], line
@@ -305,15 +368,15 @@ def test_rehearsal(tmp_path):
     work = tmp_path / "rehearsal"
     subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_plan.py"), "rehearse", "--work", str(work)],
                    check=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
-    first = json.loads((work / "out1" / "state.json").read_text())
-    last = json.loads((work / "out2" / "state.json").read_text())
-    assert first["stages"]["pretrain"]["status"] == "cut"
-    assert "finetune" not in first["stages"] or first["stages"]["finetune"]["status"] != "done"
+    first, cut, last = (json.loads((work / f"out{i}" / "state.json").read_text()) for i in (1, 2, 3))
+    assert sorted(first["stages"]) == sorted(gpu_plan.FIRST_JOB)  # a fresh checkout's first job: the attention stages
+    assert cut["stages"]["pretrain"]["status"] == "cut"
+    assert "finetune" not in cut["stages"] or cut["stages"]["finetune"]["status"] != "done"
     assert {k: v["status"] for k, v in last["stages"].items()} == {s: "done" for s in gpu_plan.STAGE_NAMES}
     evidence = json.loads((work / "rehearsal.json").read_text())
     assert evidence["checkpoints_after_cut"] and evidence["snapshots_kept"] and not evidence["snapshots_rewritten"]
     assert len(evidence["finished_runs"]) == 2
-    for out in (work / "out1", work / "out2"):  # what a job hands back
+    for out in (work / "out1", work / "out2", work / "out3"):  # what a job hands back
         files = list(out.iterdir())
         assert sorted(f.name for f in files) == sorted(gpu_plan.RESULT_FILES)
         assert all(f.is_file() and f.stat().st_size <= gpu_plan.RESULT_FILE_MIB * 2**20 for f in files)

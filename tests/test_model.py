@@ -1,5 +1,10 @@
 "Properties of DecoderLM beyond the notebook's examples."
+import importlib.util
+import os
+import subprocess
+import sys
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
@@ -180,3 +185,39 @@ def test_stacked_projections_match_separate_ones_and_follow_weight_updates():
                 torch.testing.assert_close(y, getattr(mod, name)(x))
         layer.attn.k.weight.add_(1.0)  # as an optimizer step does, in place
         torch.testing.assert_close(project(layer.attn, ("q", "k", "v"), x)[1], layer.attn.k(x))
+
+
+def check_fused_loss_interpreted():
+    """What the next test runs in a fresh process under Triton's interpreter: `loss_impl="liger"` against the plain
+    loss, its loss and every parameter's gradient; in float32, and in float64 inputs (liger accumulates in float32)."""
+    cfg = ModelConfig(d_model=32, d_attn=32, n_heads=2, d_ff=48, n_layers=2, n_vocab=97, n_ctx=64)
+    for dtype, tol in ((torch.float32, 1e-5), (torch.float64, 1e-5)):
+        torch.manual_seed(0)
+        plain = DecoderLM(cfg).to(dtype)
+        fused = DecoderLM(replace(cfg, loss_impl="liger")).to(dtype)
+        fused.load_state_dict(plain.state_dict())
+        tokens = torch.randint(0, cfg.n_vocab, (2, 60))
+        targets = tokens.roll(-1, 1)
+        targets[0, :10] = -100  # not counted
+        results = []
+        for m in (plain, fused):
+            logits, loss = m(tokens, targets)
+            loss.backward()
+            results.append((logits, loss.item()))
+        assert results[1][0] is None and results[0][0] is not None  # the fused loss holds no logits
+        assert abs(results[0][1] - results[1][1]) <= tol * abs(results[0][1]), (dtype, results)
+        for (name, p), q in zip(fused.named_parameters(), plain.parameters()):
+            err = ((p.grad - q.grad).norm() / q.grad.norm()).item()
+            assert err < tol, (dtype, name, err)
+
+
+@pytest.mark.slow  # Triton's interpreter in a fresh process: ~12 s on one core
+@pytest.mark.skipif(importlib.util.find_spec("liger_kernel") is None or importlib.util.find_spec("triton") is None,
+                    reason="liger-kernel (the gpu extra) or Triton is not installed")
+def test_fused_loss_equals_the_plain_loss_under_the_interpreter():
+    "liger-kernel's fused projection + cross-entropy, under Triton's interpreter in a fresh process (Triton picks it when first imported)."
+    env = {**os.environ, "TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1"}
+    code = "import test_model; test_model.check_fused_loss_interpreted(); print('ok')"
+    result = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parent, env=env, capture_output=True,
+                            text=True, timeout=600)
+    assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stderr[-3000:]

@@ -77,9 +77,10 @@ def head_activation_bytes(cfg: ModelConfig) -> tuple[int, int]:
 
 
 def gpu_attn_impl(cfg: ModelConfig, prefix_lm: bool = False) -> str:
-    "The attention a run of `cfg` trains with on a GPU: `attn_impl` resolved for CUDA; the dense 'sdpa' path for prefix-LM batches, which band attention does not take."
+    """The attention a run of `cfg` trains with on a GPU: `attn_impl` resolved for CUDA; for prefix-LM batches (UL2) a
+    band variant runs FlexAttention under the pass's block mask (`band.masked_kernel`): 'band-flex'."""
     impl = resolve_attn_impl(cfg.attn_impl, "cuda")
-    return "sdpa" if prefix_lm and impl in BAND_IMPLS else impl
+    return "band-flex" if prefix_lm and impl in BAND_IMPLS else impl
 
 
 def position_activation_bytes(cfg: ModelConfig, n_ctx: int, checkpoint: bool = False, prefix_lm: bool = False) -> int:

@@ -33,10 +33,10 @@ from .timing import alternate, tensor_bytes
 
 # %% auto #0
 __all__ = ['ATTN_VARIANTS', 'PRESET_CLASSES', 'CPU_COMPILE_MIN_STEPS', 'PAPER_BATCH', 'BenchConfig', 'bench_model_config',
-           'contender_names', 'random_batches', 'TrainContender', 'make_train_contender', 'guarded', 'bench_training',
-           'decode_setup', 'bench_decoding', 'profile_ops', 'paper_batch', 'memory_check', 'cogs_lengths',
-           'cogs_batches', 'cogs_decode_batch', 'bench_cogs', 'RandomTokens', 'bench_pretrain_config', 'stagewise_run',
-           'bench_midas']
+           'variant_loss', 'contender_names', 'random_batches', 'TrainContender', 'make_train_contender', 'guarded',
+           'bench_training', 'decode_setup', 'bench_decoding', 'profile_ops', 'paper_batch', 'memory_check',
+           'cogs_lengths', 'cogs_batches', 'cogs_decode_batch', 'bench_cogs', 'RandomTokens', 'bench_pretrain_config',
+           'stagewise_run', 'bench_midas']
 
 # %% ../../nbs/91c_scenarios.ipynb #4c8503d3
 ATTN_VARIANTS = {  # name: (ModelConfig.attn_impl, bias table trained?)
@@ -45,6 +45,8 @@ ATTN_VARIANTS = {  # name: (ModelConfig.attn_impl, bias table trained?)
     "sdpa-nobiasgrad": ("sdpa", False),  # diagnostic: what training the bias costs
     "flex-nobiasgrad": ("flex", False),
     **{impl: (impl, True) for impl in BAND_IMPLS},  # band attention (nbs/02g_band.ipynb)
+    # "+liger": the same with liger-kernel's fused projection + cross-entropy (`ModelConfig.loss_impl`; CUDA)
+    **{f"{impl}+liger": (impl, True) for impl in ("band-cudnn-triton", "band-split-triton", "sdpa")},
 }
 
 
@@ -123,7 +125,13 @@ class BenchConfig:
 def bench_model_config(bc: BenchConfig, variant: str = "sdpa") -> ModelConfig:
     "The `ModelConfig` of the benchmarked shape (solver's d_ff for the depth) for an attention variant."
     size_class = PRESET_CLASSES.get(bc.size_class, bc.size_class)
-    return model_config(size_class, bc.n_layers, base=ModelConfig(n_ctx=bc.n_ctx, attn_impl=ATTN_VARIANTS[variant][0]))
+    return model_config(size_class, bc.n_layers, base=ModelConfig(n_ctx=bc.n_ctx, attn_impl=ATTN_VARIANTS[variant][0],
+                                                                   loss_impl=variant_loss(variant)))
+
+
+def variant_loss(variant: str) -> str:
+    "The `ModelConfig.loss_impl` of a bench variant: 'liger' for the '+liger' ones."
+    return "liger" if variant.endswith("+liger") else "plain"
 
 # %% ../../nbs/91c_scenarios.ipynb #69eaa160
 def _build(kind: str, cfg: ModelConfig, device: torch.device, seed: int) -> nn.Module:
@@ -386,7 +394,8 @@ class RandomTokens:
 
 def _stack_model_config(bc: BenchConfig, n_layers: int, variant: str = "sdpa") -> ModelConfig:
     size_class = PRESET_CLASSES.get(bc.size_class, bc.size_class)
-    return stack_config(size_class, n_layers, base=ModelConfig(n_ctx=bc.n_ctx, attn_impl=ATTN_VARIANTS[variant][0]))
+    return stack_config(size_class, n_layers, base=ModelConfig(n_ctx=bc.n_ctx, attn_impl=ATTN_VARIANTS[variant][0],
+                                                               loss_impl=variant_loss(variant)))
 
 
 def bench_pretrain_config(bc: BenchConfig, total_steps: int, variant: str = "sdpa") -> PretrainConfig:
