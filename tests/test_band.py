@@ -3,7 +3,6 @@ import importlib.util
 import os
 import re
 import subprocess
-import sys
 import warnings
 from dataclasses import replace
 from pathlib import Path
@@ -22,6 +21,8 @@ from depthnb.band import (BAND_COMPOSITION_ENV, BAND_STEP_CONFIGS, CPU_STAND_INS
 from depthnb.config import BAND_IMPLS, ModelConfig
 from depthnb.model import BandMask, DecoderLM, layer_mask, relative_position_bucket
 from depthnb.presets import CPU_CLASS, PRESETS, SAUNSHI_CLASSES, SIZE_CLASSES, TINY_CLASS, resolve_size_class
+
+from _interpreted import assert_interpreted
 
 CLASSES = [*SIZE_CLASSES.values(), *SAUNSHI_CLASSES.values(), *map(resolve_size_class, (TINY_CLASS, CPU_CLASS))]
 HEAD_WIDTHS = sorted({sc.d_attn // sc.n_heads for sc in CLASSES})
@@ -238,11 +239,7 @@ def check_model_compositions_interpreted():
 @pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="Triton is not installed")
 def test_model_trains_as_the_dense_path_with_the_triton_step():
     "The `-triton` variants' CUDA compositions (split or the CPU fused op, the Triton step interpreted) in the model."
-    env = {**os.environ, "TRITON_INTERPRET": "1", BAND_COMPOSITION_ENV: "1", "OMP_NUM_THREADS": "1"}
-    code = "import test_band; test_band.check_model_compositions_interpreted(); print('ok')"
-    result = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parent, env=env, capture_output=True,
-                            text=True, timeout=900)
-    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-3000:]
+    assert_interpreted("test_band", "check_model_compositions_interpreted", timeout=900, **{BAND_COMPOSITION_ENV: "1"})
 
 
 def masked_dense_attention(q, k, v, band, mask):
@@ -329,11 +326,7 @@ def check_triton_step_interpreted():
 @pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="Triton is not installed")
 def test_triton_band_step_equals_the_pytorch_step_under_the_interpreter():
     "The Triton band step in float32 under Triton's interpreter, in a fresh process (Triton picks it when first imported)."
-    env = {**os.environ, "TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1"}
-    code = "import test_band; test_band.check_triton_step_interpreted(); print('ok')"
-    result = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parent, env=env, capture_output=True,
-                            text=True, timeout=600)
-    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-3000:]
+    assert_interpreted("test_band", "check_triton_step_interpreted")
 
 
 def stack_bytes(cubin: bytes, tmp_path) -> int | None:

@@ -1,10 +1,6 @@
 "Properties of DecoderLM beyond the notebook's examples."
 import importlib.util
-import os
-import subprocess
-import sys
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 import torch
@@ -17,6 +13,8 @@ from depthnb.inference import KVCache
 from depthnb.model import (DecoderLM, attend, attention_mask_bias, cache_masks, causal_attention, cross_entropy, extra_params,
                            project)
 from depthnb.solver import model_config, model_params
+
+from _interpreted import assert_interpreted
 
 SMALL = ModelConfig(d_model=32, d_attn=32, n_heads=4, d_ff=48, n_layers=3, n_vocab=97, n_ctx=64)
 
@@ -216,8 +214,4 @@ def check_fused_loss_interpreted():
                     reason="liger-kernel (the gpu extra) or Triton is not installed")
 def test_fused_loss_equals_the_plain_loss_under_the_interpreter():
     "liger-kernel's fused projection + cross-entropy, under Triton's interpreter in a fresh process (Triton picks it when first imported)."
-    env = {**os.environ, "TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1"}
-    code = "import test_model; test_model.check_fused_loss_interpreted(); print('ok')"
-    result = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parent, env=env, capture_output=True,
-                            text=True, timeout=600)
-    assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stderr[-3000:]
+    assert_interpreted("test_model", "check_fused_loss_interpreted")
