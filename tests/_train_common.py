@@ -60,7 +60,8 @@ class DataHook:
 
 
 # Fields that measure time: the only ones a resumed run's records may differ in from the uninterrupted run's.
-TIMINGS = {"tokens_per_s", "examples_per_s", "elapsed_s", "mfu", "seconds", "wall_s", "train_s", "grow_s"}
+TIMINGS = {"tokens_per_s", "examples_per_s", "elapsed_s", "mfu", "seconds", "wall_s", "train_s", "grow_s",
+           "own_cpu_share", "others_cpu_share", "machine_busy"}  # what the clock and the machine's load decide
 
 
 def records(run_dir: Path, kinds=("train", "eval", "snapshot")) -> list[dict]:
