@@ -60,7 +60,7 @@ export: install
 
 # README.md is nbs/index.ipynb as GitHub Markdown (depthnb.tools.readme, nbs/95c_readme.ipynb).
 readme: install
-	$(BIN)/python -m depthnb.tools.docs readme
+	$(BIN)/python -m depthnb.cmd_docs readme
 
 # Stored outputs (tables, figures) are what the docs site and GitHub show: refresh them after edits.
 NBS ?= $(wildcard nbs/[0-9]*.ipynb) nbs/index.ipynb
@@ -76,9 +76,9 @@ nbs: install
 # and saves screenshots to runs/docs-screenshots/.
 DOCS_CHECK ?=
 docs: install
-	$(BIN)/python -m depthnb.tools.docs deps $(if $(DOCS_CHECK),--browser)
+	$(BIN)/python -m depthnb.cmd_docs deps $(if $(DOCS_CHECK),--browser)
 	$(BIN)/nbdev_sidebar
-	$(BIN)/python -m depthnb.tools.docs $(if $(DOCS_CHECK),check,build)
+	$(BIN)/python -m depthnb.cmd_docs $(if $(DOCS_CHECK),check,build)
 	@echo "site in _docs/: open _docs/index.html, or serve it with $(BIN)/python -m http.server -d _docs"
 
 # JupyterLab on nbs/, with this venv registered as the kernel "Python (depthnb)" (venv-local by

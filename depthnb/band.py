@@ -18,10 +18,10 @@ from torch.nn.attention.flex_attention import AuxRequest, BlockMask, create_bloc
 # %% auto #0
 __all__ = ['HOPPER_FLEX_OPTIONS', 'NEAR_MASK', 'KERNELS', 'HAS_TRITON', 'BAND_STEP_CONFIGS', 'DTYPE_KEYS', 'BAND_COMPOSITION_ENV',
            'CPU_STAND_INS', 'band_width', 'band_bias_grad', 'causal_bias', 'dense_kernel', 'cpu_kernel',
-           'aligned_causal', 'cudnn_kernel', 'efficient_kernel', 'bias_score_mod', 'flex_kernel_options', 'flex_kernel',
-           'split_span', 'split_kernel', 'band_attention', 'BandStepConfig', 'band_step_kernel', 'band_step_autotuned',
-           'band_step_launch', 'band_bias_grad_triton', 'band_variant', 'PassMask', 'pass_block_mask', 'masked_kernel',
-           'band_bias_grad_masked']
+           'aligned_causal', 'cudnn_kernel', 'efficient_kernel', 'bias_score_mod', 'flex_kernel_options', 'flex_call',
+           'flex_kernel', 'split_span', 'split_kernel', 'band_attention', 'BandStepConfig', 'band_step_kernel',
+           'band_step_autotuned', 'band_step_launch', 'band_bias_grad_triton', 'band_variant', 'PassMask',
+           'pass_block_mask', 'masked_kernel', 'band_bias_grad_masked']
 
 # %% ../nbs/02g_band.ipynb #ad751b0c
 def band_width(buckets: torch.Tensor, n_buckets: int) -> int | None:
@@ -153,18 +153,23 @@ def flex_kernel_options(q: torch.Tensor) -> dict | None:
 _compiled_flex = None
 
 
+def flex_call(q, k, v, **kwargs):
+    """`flex_attention(q, k, v, **kwargs)` as a fused kernel: inside a compiled model dynamo lowers it itself; eager
+    callers get it compiled once here, not the slow reference loop."""
+    global _compiled_flex
+    if torch.compiler.is_compiling():
+        return flex_attention(q, k, v, **kwargs)
+    if _compiled_flex is None:
+        _compiled_flex = torch.compile(flex_attention, dynamic=False)
+    return _compiled_flex(q, k, v, **kwargs)
+
+
 def flex_kernel(q, k, v, bias, block_mask: BlockMask | None = None, kernel_options: dict | None = None):
     """FlexAttention with `bias[h, max(i - j, 0)]` added in its `score_mod` under the causal `block_mask`: (out, lse).
     `kernel_options` None: `flex_kernel_options(q)`."""
-    global _compiled_flex
     kwargs = dict(score_mod=bias_score_mod(bias), block_mask=block_mask, return_aux=AuxRequest(lse=True),
                   kernel_options=flex_kernel_options(q) if kernel_options is None else kernel_options)
-    if torch.compiler.is_compiling():
-        out, aux = flex_attention(q, k, v, **kwargs)
-    else:
-        if _compiled_flex is None:  # eager callers get the fused kernel, not the slow reference loop
-            _compiled_flex = torch.compile(flex_attention, dynamic=False)
-        out, aux = _compiled_flex(q, k, v, **kwargs)
+    out, aux = flex_call(q, k, v, **kwargs)
     return out, aux.lse
 
 

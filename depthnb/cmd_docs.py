@@ -19,8 +19,8 @@ __all__ = ['main']
 
 # %% ../nbs/10j_cmd_docs.ipynb #44d0ea06
 def main(argv: list[str] | None = None) -> int:
-    "`python -m depthnb.tools.docs deps|build|check|readme [--out DIR] [--screenshots DIR] [--no-build]`."
-    ap = argparse.ArgumentParser(prog="python -m depthnb.tools.docs", description=main.__doc__)
+    "`python -m depthnb.cmd_docs deps|build|check|readme [--out DIR] [--screenshots DIR] [--no-build]`."
+    ap = argparse.ArgumentParser(prog="python -m depthnb.cmd_docs", description=main.__doc__)
     ap.add_argument("command", choices=("deps", "build", "check", "readme"))
     ap.add_argument("--out", default=None, help="site folder (default: _docs/)")
     ap.add_argument("--screenshots", default="runs/docs-screenshots", help="where `check` saves screenshots")
@@ -56,3 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1 if problems else 0
     return 0
 
+
+# %% ../nbs/10j_cmd_docs.ipynb #5e1f0a7c
+if __name__ == "__main__" and "__file__" in globals():  # `python -m depthnb.cmd_docs`, not a notebook kernel
+    sys.exit(main())

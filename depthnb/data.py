@@ -33,7 +33,7 @@ from .sources import EVAL_SETS, cache_dir, corpus_inputs, notice, pretraining_te
 # %% auto #0
 __all__ = ['PAD_ID', 'EOS_ID', 'UNK_ID', 'SEP_ID', 'SEP_PIECE', 'TOKENIZER_SETTINGS', 'TOKENIZER_THREADS', 'TEXT_VERSION',
            'CacheError', 'mixture_cache', 'train_inputs', 'train_texts', 'Tokenizer', 'load_tokenizer', 'tokenizer_key',
-           'train_tokenizer', 'token_dtype', 'meta_path', 'pack_tokens', 'read_tokens', 'TokenBlocks',
+           'train_tokenizer', 'token_dtype', 'meta_path', 'pack_tokens', 'read_tokens', 'rank_rows', 'TokenBlocks',
            'PretrainingData', 'prepare_pretraining']
 
 # %% ../nbs/03_data.ipynb #8f3d6a1e
@@ -461,6 +461,15 @@ def read_tokens(path: str | Path) -> np.memmap:
     meta = json.loads(meta_path(path).read_text())
     return np.memmap(path, dtype=meta["dtype"], mode="r", shape=(meta["n_tokens"],))
 
+# %% ../nbs/03_data.ipynb #7a3c9e21
+def rank_rows(rows, rank: int, world: int):
+    "Data-parallel rank `rank`'s share of a global batch `rows` (an array, a tensor): the `rank`-th of `world` contiguous slices."
+    if len(rows) % world:
+        raise ValueError(f"batch_size={len(rows)} is not divisible by world={world}")
+    check_range("rank", rank, lo=0, hi=world - 1)
+    per = len(rows) // world
+    return rows[rank * per:(rank + 1) * per]
+
 # %% ../nbs/03_data.ipynb #df0c1610
 class TokenBlocks:
     "Fixed-length blocks of a packed token file, in a seeded, step-addressable order."
@@ -502,11 +511,7 @@ class TokenBlocks:
 
     def batch(self, step: int, batch_size: int, rank: int = 0, world: int = 1) -> torch.Tensor:
         "Rank `rank`'s slice (batch_size // world rows) of the global batch of step `step`."
-        if batch_size % world:
-            raise ValueError(f"batch_size={batch_size} is not divisible by world={world}")
-        check_range("rank", rank, lo=0, hi=world - 1)
-        per = batch_size // world
-        return self.get(self.indices(step, batch_size)[rank * per:(rank + 1) * per])
+        return self.get(rank_rows(self.indices(step, batch_size), rank, world))
 
     def sequential(self, batch_size: int, limit: int | None = None) -> Iterator[torch.Tensor]:
         "The first `limit` blocks (default all) in file order, in batches — for evaluation."

@@ -44,7 +44,7 @@ __all__ = ['DOWNSTREAM_TASKS', 'GROUPS', 'TABLE1_GROUPS', 'LM_EVAL_PREFIX', 'TAS
            'DownstreamTask', 'lm_eval_name', 'hub_unavailable', 'task_unavailable', 'offline_if_unreachable',
            'mirror_dataset', 'task_yaml_config', 'lm_eval_config', 'primitive_dataset', 'primitive_results',
            'primitive_yaml_config', 'primitive_config', 'task_yaml', 'lm_eval_task_files', 'write_lm_eval_tasks',
-           'quiet_lm_eval', 'evaluate_config', 'evaluate_task', 'fits_context', 'ContextTooShort',
+           'quiet_lm_eval', 'evaluate_config', 'evaluate_downstream_task', 'fits_context', 'ContextTooShort',
            'gsm8k_finetune_data', 'result_dir', 'gsm8k_finetune_dir', 'finetune_gsm8k', 'result_path', 'scored',
            'select_tasks', 'score_run']
 
@@ -432,7 +432,7 @@ def evaluate_config(lm, config: dict, limit: int | None = None, quiet: bool = Tr
     return metrics, int(out["n-samples"][name]["effective"]), time.perf_counter() - t0
 
 
-def evaluate_task(lm, name: str, shots: int | None = None, limit: int | None = None, quiet: bool = True) -> dict:
+def evaluate_downstream_task(lm, name: str, shots: int | None = None, limit: int | None = None, quiet: bool = True) -> dict:
     "Score `lm` (any lm-eval model) on downstream task `name`: a record for the tables."
     task = DOWNSTREAM_TASKS[name]
     config = lm_eval_config(name, shots)
@@ -578,7 +578,7 @@ def score_run(source: str | Path, tasks: list[str], *, shots: int | None = None,
             key = (str(lm_source), calc)
             if key not in lms:
                 lms[key] = DepthnbLM.from_run(lm_source, batch_size=batch_size, device=device, calculator=calc)
-            rec = dict(evaluate_task(lms[key], name, n_shots, limit, quiet), source=str(source), model=str(lm_source),
+            rec = dict(evaluate_downstream_task(lms[key], name, n_shots, limit, quiet), source=str(source), model=str(lm_source),
                        **scored_weights)
             atomic_write_text(path, json.dumps(rec, indent=1))
             records.append(rec)

@@ -14,11 +14,11 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from fastcore.basics import patch
-from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex_attention
+from torch.nn.attention.flex_attention import BlockMask, create_block_mask
 from torch.utils.checkpoint import checkpoint
 
 from .band import (HAS_TRITON, KERNELS, PassMask, band_attention, band_bias_grad, band_bias_grad_masked, band_variant,
-                          band_width, masked_kernel, pass_block_mask)
+                          band_width, bias_score_mod, flex_call, masked_kernel, pass_block_mask)
 from .config import BAND_IMPLS, ModelConfig, resolve_attn_impl
 from .inference import KVCache, greedy_generate
 
@@ -95,25 +95,13 @@ class PrefixMask:
     bias: torch.Tensor
 
 # %% ../nbs/02_model.ipynb #2d008c5a
-_compiled_flex = None
-
-
 def flex_attend(q, k, v, mask: FlexMask) -> torch.Tensor:
     "FlexAttention of (b, h, t, d) tensors under `mask.block_mask`, adding `mask.bias[h, max(q - k, 0)]` to the logits in the kernel."
-    global _compiled_flex
-    bias = mask.bias
-    score_mod = None
-    if bias is not None:
-        def score_mod(score, b, h, q_idx, kv_idx):
-            # k > q: scored before masking on diagonal blocks, attended in a prefix; bucket 0, as `relative_position_bucket`
-            return score + bias[h, (q_idx - kv_idx).clamp(min=0)]
-    if torch.compiler.is_compiling():  # inside a compiled model: dynamo lowers flex_attention itself
-        if q.device.type == "cpu":  # inductor's CPU template needs 4-d buffers, not views of the projections
-            q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
-        return flex_attention(q, k, v, score_mod=score_mod, block_mask=mask.block_mask)
-    if _compiled_flex is None:  # eager callers get the fused kernel, not the slow reference loop
-        _compiled_flex = torch.compile(flex_attention, dynamic=False)
-    return _compiled_flex(q, k, v, score_mod=score_mod, block_mask=mask.block_mask)
+    # k > q: scored before masking on diagonal blocks, attended in a prefix; bucket 0, as `relative_position_bucket`
+    score_mod = None if mask.bias is None else bias_score_mod(mask.bias)
+    if torch.compiler.is_compiling() and q.device.type == "cpu":  # inductor's CPU template needs 4-d buffers, not views of the projections
+        q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+    return flex_call(q, k, v, score_mod=score_mod, block_mask=mask.block_mask)
 
 
 def softmax_attention(q, k, v, mask: torch.Tensor, q_scaled: bool = False) -> torch.Tensor:

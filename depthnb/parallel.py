@@ -23,8 +23,8 @@ from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from .config import check_choice
 from .devices import DistInfo, init_distributed
 from .model import DecoderLM
-from .runs import (KEEP_CHECKPOINTS, CheckpointError, RunInUseError, latest_checkpoint, load_verified,
-                   run_lock, save_checkpoint, save_verified, save_weights, sharded_checkpoint_dir)
+from .runs import (KEEP_CHECKPOINTS, CheckpointError, RunInUseError, fsync_dir, latest_checkpoint,
+                   load_verified, run_lock, save_checkpoint, save_verified, save_weights, sharded_checkpoint_dir)
 
 # %% auto #0
 __all__ = ['PARALLEL_MODES', 'init_parallel', 'mixed_precision', 'shard_model', 'check_parallel_optimizer', 'ranks_lock',
@@ -213,11 +213,7 @@ def _replace_dir(src: Path, dst: Path) -> None:
         os.replace(dst, stale)
         shutil.rmtree(stale)
     os.replace(src, dst)
-    fd = os.open(dst.parent, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    fsync_dir(dst.parent)
 
 
 def checkpoints_for(mode: str) -> FullCheckpoints | ShardedCheckpoints:

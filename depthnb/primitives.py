@@ -29,7 +29,7 @@ from .paper import TABLE6_PAPER, TABLE6_TITLES, TABLE7_PAPER, table6_paper
 __all__ = ['PRIMITIVE_TASKS', 'LETTERS', 'COPY_SEQ_LEN', 'COPY_SUB_LEN', 'N_VARS', 'VALUE_RANGE', 'DIGITS', 'ARITHMETIC_SHOTS',
            'NOT_ENGLISH', 'COPY_WORDS', 'MATH_HEADER', 'CODE_HEADER', 'FT_TASKS', 'PrimitiveTask', 'three_letter_words',
            'get_task', 'make_primitive', 'solve_primitive', 'few_shot', 'extract_answer', 'score_primitive',
-           'holdout_set', 'finetune_set', 'answer_ids', 'complete', 'evaluate_task', 'answer_candidates',
+           'holdout_set', 'finetune_set', 'answer_ids', 'complete', 'evaluate_primitive_task', 'answer_candidates',
            'candidate_logprobs', 'choose_answers', 'table6_rows', 'evaluate_primitives', 'table6', 'ft_eval_steps',
            'ft_tensors', 'answer_loss', 'AnswerLoss', 'minibatches', 'finetune_primitives', 'ft_summary', 'table7']
 
@@ -293,7 +293,7 @@ def complete(model: nn.Module, tokenizer, prompts: list[str], max_new_tokens: in
     return [tokenizer.decode(row) for row in ids]
 
 # %% ../nbs/04_primitives.ipynb #78691cb5
-def evaluate_task(model: nn.Module, tokenizer, task: str, n: int = 1000, shots: int = 5, seed: int = 0,
+def evaluate_primitive_task(model: nn.Module, tokenizer, task: str, n: int = 1000, shots: int = 5, seed: int = 0,
                   batch_size: int = 16, choice: bool = True) -> dict:
     "`shots`-shot greedy accuracy of `model` on `n` examples of `task` (PSM: also with a calculator; with `choice`: also choice accuracy)."
     spec = get_task(task)
@@ -340,7 +340,7 @@ def choose_answers(model: nn.Module, tokenizer, task: str, prompts: list[str], b
 
 # %% ../nbs/04_primitives.ipynb #b1da9922
 def table6_rows(results: list[dict]) -> pd.DataFrame:
-    "Per-task results of `evaluate_task` as Table 6 rows (row, task, calculator, title, accuracy, choice_accuracy, n, random_guess)."
+    "Per-task results of `evaluate_primitive_task` as Table 6 rows (row, task, calculator, title, accuracy, choice_accuracy, n, random_guess)."
     by_task = {r["task"]: r for r in results}
     paper = table6_paper().set_index("row")
     rows = []
@@ -358,7 +358,7 @@ def evaluate_primitives(model: nn.Module, tokenizer, tasks: Iterable[str] | None
                         seed: int = 0, batch_size: int = 16) -> pd.DataFrame:
     "Table 6 rows of `model` on `tasks` (default: all 13), `shots`-shot, `n` examples each."
     tasks = list(tasks or PRIMITIVE_TASKS)
-    return table6_rows([evaluate_task(model, tokenizer, t, n, shots, seed, batch_size) for t in tasks])
+    return table6_rows([evaluate_primitive_task(model, tokenizer, t, n, shots, seed, batch_size) for t in tasks])
 
 
 def table6(results: dict[str, pd.DataFrame], metric: str = "accuracy") -> pd.DataFrame:

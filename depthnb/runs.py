@@ -32,7 +32,7 @@ except ImportError:  # Windows: no cross-process locking
 
 
 # %% auto #0
-__all__ = ['KEEP_CHECKPOINTS', 'CheckpointError', 'DiskFullError', 'free_space', 'check_free_space', 'sha256_file',
+__all__ = ['KEEP_CHECKPOINTS', 'CheckpointError', 'DiskFullError', 'free_space', 'check_free_space', 'fsync_dir', 'sha256_file',
            'atomic_write', 'atomic_write_text', 'file_lock', 'save_verified', 'load_verified', 'rng_state',
            'set_rng_state', 'ConfigMismatchError', 'write_or_check_config', 'read_config', 'MetricsLog', 'json_lines',
            'read_metrics', 'mark_done', 'is_done', 'read_done', 'step_file', 'save_checkpoint', 'latest_checkpoint',
@@ -68,7 +68,8 @@ def check_free_space(folder: Path | str, need: int, what: str) -> None:
                             "free some space or choose another runs_dir (a run resumes from its last good checkpoint)")
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path) -> None:
+    "Flush folder `path`'s entries (a rename into it) to disk; a filesystem that refuses to open folders is let be."
     with contextlib.suppress(OSError):  # some filesystems refuse to open directories
         fd = os.open(path, os.O_RDONLY)
         try:
@@ -104,7 +105,7 @@ def atomic_write(path: Path | str, write) -> Path:
         raise
     finally:
         tmp.unlink(missing_ok=True)
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
     return path
 
 

@@ -20,14 +20,14 @@ from .finetune import finetune_on
 from .runspecs import finetune_config, stack_finetune_run_dir, stack_run_dir
 from .tasks import task_name
 from .model import DecoderLM
-from .primitives import PRIMITIVE_TASKS, evaluate_task, finetune_primitives, table6_rows
+from .primitives import PRIMITIVE_TASKS, evaluate_primitive_task, finetune_primitives, table6_rows
 from .runs import atomic_write, is_done, load_model, read_config, read_metrics, source_run_dir
 from .stacking import measured_speedup, read_stack_run
 from .jobs import run_parallel
 from .downstream_tables import GROUP_TITLES, calculator_setting, truncated_count
 
 # %% auto #0
-__all__ = ['stack_similarities', 'similarity_summary', 'result_is_complete', 'cached_result', 'primitive_results',
+__all__ = ['stack_similarities', 'similarity_summary', 'result_is_complete', 'cached_result', 'score_run_primitives',
            'primitive_ft_results', 'primitive_table', 'primitive_ft_table', 'snapshot_items', 'isoplot_table',
            'final_eval_loss', 'table1', 'stack_finetune_job', 'downstream_results', 'downstream_table',
            'downstream_isoplot_table']
@@ -64,7 +64,7 @@ def _weights(path: Path | str) -> tuple[Path, Path, str]:
 
 
 def result_is_complete(result: dict, choice: bool = True) -> bool:
-    "Whether a cached `evaluate_task` result has the measures asked for (older ones lack choice accuracy)."
+    "Whether a cached `evaluate_primitive_task` result has the measures asked for (older ones lack choice accuracy)."
     return not choice or PRIMITIVE_TASKS[result["task"]].random_guess is None or "choice_accuracy" in result
 
 
@@ -80,15 +80,15 @@ def _ft_cache(path: Path | str, cfg: PrimitiveConfig, seed: int) -> Path:
 
 
 def cached_result(path: Path | str, task: str, n: int, shots: int, seed: int, choice: bool = True) -> dict | None:
-    "The cached `evaluate_task` result of the weights at `path`, or None if there is none with the measures asked for."
+    "The cached `evaluate_primitive_task` result of the weights at `path`, or None if there is none with the measures asked for."
     cache = _result_cache(path, task, n, shots, seed)
     stored = json.loads(cache.read_text()) if cache.exists() else None
     return stored if stored is not None and result_is_complete(stored, choice) else None
 
 
-def primitive_results(path: Path | str, tasks, n: int, shots: int = 5, seed: int = 0, batch_size: int = 16,
+def score_run_primitives(path: Path | str, tasks, n: int, shots: int = 5, seed: int = 0, batch_size: int = 16,
                       choice: bool = True) -> list[dict]:
-    "`evaluate_task` results of the weights at `path` (run dir or snapshot) on `tasks`, cached in the run."
+    "`evaluate_primitive_task` results of the weights at `path` (run dir or snapshot) on `tasks`, cached in the run."
     run_dir, weights, stem = _weights(path)
     out, model, tok = [], None, None
     for task in tasks:
@@ -97,7 +97,7 @@ def primitive_results(path: Path | str, tasks, n: int, shots: int = 5, seed: int
             continue
         if model is None:
             model, tok = load_model(weights), run_tokenizer(run_dir)
-        res = evaluate_task(model, tok, task, n, shots, seed, batch_size, choice)
+        res = evaluate_primitive_task(model, tok, task, n, shots, seed, batch_size, choice)
         cache = _result_cache(path, task, n, shots, seed)
         atomic_write(cache, lambda f: f.write(json.dumps(res).encode()))
         out.append(res)
@@ -122,7 +122,7 @@ def primitive_ft_results(path: Path | str, cfg: PrimitiveConfig, seed: int) -> l
 
 def _primitive_job(path: str, tasks: list[str], n: int, shots: int, seed: int, choice: bool) -> list[dict]:
     return [{k: v for k, v in r.items() if k != "answers"}
-            for r in primitive_results(path, tasks, n, shots, seed, choice=choice)]
+            for r in score_run_primitives(path, tasks, n, shots, seed, choice=choice)]
 
 
 def _primitive_ft_job(path: str, cfg: PrimitiveConfig, seed: int) -> list[dict]:

@@ -19,6 +19,21 @@ TEST_DATA = DataConfig(corpus="enwiki", max_train_docs=400, eval_sets=("enwiki_v
 # held-out set's packed tokens (7 MB) would not fit the carry.
 CUDA_TEST_DATA = replace(TEST_DATA, eval_sets=())
 N_CTX = 32
+# The reproduction below `tiny` (tests/test_experiments.py, test_own_reproduce.py, test_refine_finetune.py): two
+# depths, one seed, 20 pretraining and 10 fine-tuning steps, 20 gen examples, two tasks, a shortened primitives
+# protocol. The data settings are TEST_DATA's, so the tokenizer and packed corpus are shared caches. A test that needs
+# another setting says so where it adds it to a copy (test_own_reproduce scores 34 gen examples: gen_limit 40).
+REPRODUCE_OVERRIDES = {
+    "pretrain.data.max_train_docs": 400, "pretrain.data.tokenizer_docs": 400, "pretrain.data.vocab_size": 512,
+    "pretrain.data.eval_sets": "('enwiki_valid',)", "pretrain.model.n_vocab": 512, "pretrain.model.n_ctx": 64,
+    "pretrain.steps": 20, "pretrain.batch_size": 8, "pretrain.warmup_steps": 4, "pretrain.eval_every": 10,
+    "pretrain.eval_sequences": 8, "pretrain.log_every": 5, "pretrain.ckpt_every": 10, "pretrain.n_snapshots": 3,
+    "finetune.steps": 10, "finetune.batch_size": 8, "finetune.warmup_steps": 2, "finetune.eval_every": 5,
+    "finetune.eval_examples": 20, "finetune.n_snapshots": 2, "finetune.gen_limit": 20, "finetune.max_new_tokens": 48,
+    "depths": {"tiny": [1, 2]}, "tasks": ["cogs", "passivization"],
+    "primitives.n_eval": 10, "primitives.ft_steps": 6, "primitives.ft_eval_from": 4, "primitives.ft_eval_every": 2,
+    "primitives.ft_seeds": "(0,)",
+}
 
 
 def small_config(**changes) -> PretrainConfig:

@@ -1,3 +1,12 @@
+"""Shared pytest settings, markers and fixtures of `tests/`.
+
+Where a test lives. A notebook tests its own contract: small examples in its cells, run by `nbdev_test`, of
+what its functions promise on inputs that take seconds. `tests/` holds what a notebook cannot hold in a few
+seconds or on its own: a test that starts a process (a `depthnb` command, `torchrun`, a script, a notebook
+through papermill), trains a model, or crosses modules (a run through several notebooks' code, the
+reproduction, the docs site). A fixture or setting that more than one test module uses lives in one place:
+a fixture here, a plain setting or helper in `_train_common.py` (which the scripts that the tests start
+import as well)."""
 import functools
 import os
 from pathlib import Path
@@ -100,3 +109,15 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.section(f"over {SLOW_SECONDS} s and not marked slow")
         for nodeid, seconds in sorted(_unmarked_slow, key=lambda t: -t[1]):
             terminalreporter.write_line(f"{seconds:6.1f} s  {nodeid}")
+
+
+@pytest.fixture(scope="module")
+def tok():
+    """The tokenizer of the trainer tests' data (`_train_common.TEST_DATA`), on one thread. A module whose tests use
+    another corpus defines its own `tok`, which takes precedence there."""
+    import torch
+    from _train_common import TEST_DATA
+    from depthnb.data import train_tokenizer
+
+    torch.set_num_threads(1)
+    return train_tokenizer(TEST_DATA, log=None)

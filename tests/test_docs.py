@@ -1,6 +1,6 @@
 """The docs site in a real browser: build it, serve it on localhost, open every page in headless Chromium.
 
-Needs the docs requirements (`make docs` installs them), Playwright (`python -m depthnb.tools.docs deps
+Needs the docs requirements (`make docs` installs them), Playwright (`python -m depthnb.cmd_docs deps
 --browser`) and Debian's Chromium at /usr/bin/chromium. Without them the tests skip, unless
 DEPTHNB_BROWSER_TESTS=1 (set it where CI installs them) turns a missing piece into a failure.
 Screenshots: runs/docs-screenshots/.
@@ -29,7 +29,7 @@ HOME_MAX_PX = 10_000
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
     missing = docs.missing_requirements(docs.DOCS_REQUIREMENTS + sitecheck.BROWSER_REQUIREMENTS)
-    require(not missing, f"missing {missing}: run `.venv/bin/python -m depthnb.tools.docs deps --browser`")
+    require(not missing, f"missing {missing}: run `.venv/bin/python -m depthnb.cmd_docs deps --browser`")
     require(Path(CHROMIUM).exists(), f"{CHROMIUM} missing: apt-get install chromium")
     t0 = time.time()
     build = docs.build_docs(ROOT, tmp_path_factory.mktemp("site"), log=lambda *a: None)

@@ -19,7 +19,7 @@ from depthnb.data import train_tokenizer
 from depthnb.downstream import (DepthnbLM, apply_calculator, calculator_edit, calculator_step, continuation_ids,
                                 continuation_text, safe_eval, CalculatorError)
 from depthnb.cmd_downstream import cli_downstream
-from depthnb.downstream_tasks import (DOWNSTREAM_TASKS, GROUPS, evaluate_config, evaluate_task,
+from depthnb.downstream_tasks import (DOWNSTREAM_TASKS, GROUPS, evaluate_config, evaluate_downstream_task,
                                      fits_context, gsm8k_finetune_data, gsm8k_finetune_dir, lm_eval_config,
                                      primitive_config, result_path, score_run, task_unavailable)
 from depthnb.inference import generate_many
@@ -237,7 +237,7 @@ def test_mirror_tasks_through_lm_eval_offline(model, tok, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     lm = DepthnbLM(model=model, tokenizer=tok, bf16=False, calculator=True)
     for name in ("svamp", "gsm8k", "nq_open", "webqs"):
-        rec = evaluate_task(lm, name, limit=2)
+        rec = evaluate_downstream_task(lm, name, limit=2)
         assert rec["n"] == 2 and 0.0 <= rec["accuracy"] <= 1.0, rec
 
 
@@ -331,7 +331,7 @@ def test_lm_eval_is_quiet_by_default(model, tok, capfd, monkeypatch):
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     lm = DepthnbLM(model=model, tokenizer=tok, bf16=False)
-    assert evaluate_task(lm, "svamp", limit=2)["n"] == 2
+    assert evaluate_downstream_task(lm, "svamp", limit=2)["n"] == 2
     err = capfd.readouterr().err
     assert "Custom kwargs" not in err and "it/s" not in err, err
 
@@ -412,9 +412,9 @@ def test_prompts_cut_to_fit_the_context_are_counted(model, tok, monkeypatch):
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     lm = DepthnbLM(model=model, tokenizer=tok, bf16=False)  # n_ctx 64: an 8-shot GSM8k prompt never fits
-    rec = evaluate_task(lm, "gsm8k", limit=3)
+    rec = evaluate_downstream_task(lm, "gsm8k", limit=3)
     assert rec["truncated"] == 3 and lm.truncated == {"loglikelihood": 0, "generate_until": 3}
-    short = evaluate_task(lm, "gsm8k", shots=0, limit=3)  # 0-shot: cut only where question + 32-token budget > 64
+    short = evaluate_downstream_task(lm, "gsm8k", shots=0, limit=3)  # 0-shot: cut only where question + 32-token budget > 64
     fits = sum(len(tok.encode(f"Question: {q}\nAnswer:")) + 32 <= 64 for q in short_questions(3))
     assert short["truncated"] == 3 - fits
 

@@ -2,28 +2,20 @@
 `depthnb.reproduce.reproduce` (papermill) at a scale below `tiny`; every figure and table the report indexes; a rerun
 that finds everything done; a failing notebook named with its cell."""
 import json
+import sys
+from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from depthnb.claims_petty import EQUAL_PPL_TOLERANCE
-from depthnb.reproduce import EXPERIMENTS
-from depthnb.reproduce import ExperimentFailed, reproduce
+sys.path.insert(0, str(Path(__file__).parent))
+from _train_common import REPRODUCE_OVERRIDES  # noqa: E402
 
-# Below `tiny`: two depths, one seed, 20 pretraining and 10 fine-tuning steps, 20 gen examples, two tasks, a
-# shortened primitives protocol. The data settings are the trainer tests' (tests/_train_common.py), so the
-# tokenizer and packed corpus are shared caches.
-OVERRIDES = {
-    "pretrain.data.max_train_docs": 400, "pretrain.data.tokenizer_docs": 400, "pretrain.data.vocab_size": 512,
-    "pretrain.data.eval_sets": "('enwiki_valid',)", "pretrain.model.n_vocab": 512, "pretrain.model.n_ctx": 64,
-    "pretrain.steps": 20, "pretrain.batch_size": 8, "pretrain.warmup_steps": 4, "pretrain.eval_every": 10,
-    "pretrain.eval_sequences": 8, "pretrain.log_every": 5, "pretrain.ckpt_every": 10, "pretrain.n_snapshots": 3,
-    "finetune.steps": 10, "finetune.batch_size": 8, "finetune.warmup_steps": 2, "finetune.eval_every": 5,
-    "finetune.eval_examples": 20, "finetune.n_snapshots": 2, "finetune.gen_limit": 20, "finetune.max_new_tokens": 48,
-    "depths": {"tiny": [1, 2]}, "tasks": ["cogs", "passivization"],
-    "primitives.n_eval": 10, "primitives.ft_steps": 6, "primitives.ft_eval_from": 4, "primitives.ft_eval_every": 2,
-    "primitives.ft_seeds": "(0,)",
-}
+from depthnb.claims_petty import EQUAL_PPL_TOLERANCE  # noqa: E402
+from depthnb.reproduce import EXPERIMENTS  # noqa: E402
+from depthnb.reproduce import ExperimentFailed, reproduce  # noqa: E402
+
+OVERRIDES = REPRODUCE_OVERRIDES  # below `tiny`: tests/_train_common.py
 VERDICTS = {"holds", "does not hold", "inconclusive", "mixed", "not testable", "not reproducible here"}
 
 

@@ -16,7 +16,6 @@ from _train_common import TEST_DATA, assert_resumed_like  # noqa: E402
 import depthnb.evaluation as evaluation  # noqa: E402
 import depthnb.finetune as ft  # noqa: E402
 from depthnb.config import FinetuneConfig, ModelConfig  # noqa: E402
-from depthnb.data import train_tokenizer  # noqa: E402
 from depthnb.model import DecoderLM  # noqa: E402
 from depthnb.runs import is_done, latest_checkpoint, load_model, read_metrics  # noqa: E402
 
@@ -28,12 +27,6 @@ def fresh_model(seed: int = 0) -> DecoderLM:
     torch.manual_seed(seed)
     return DecoderLM(ModelConfig(d_model=32, d_attn=32, n_heads=2, d_ff=128, n_layers=2,
                                  n_vocab=TEST_DATA.vocab_size, n_ctx=64))
-
-
-@pytest.fixture(scope="module")
-def tok():
-    torch.set_num_threads(1)
-    return train_tokenizer(TEST_DATA, log=None)
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ from depthnb.devices import PEAK_FLOPS
 from depthnb.model import DecoderLM
 from depthnb.optim import make_optimizer
 from depthnb.cmd_plan import cli_plan
-from depthnb.tools.plan import (GPUS, USABLE_MEMORY, GiB, activation_bytes, format_plan, family_runs, gpu_attn_impl,
+from depthnb.tools.plan import (GPUS, USABLE_MEMORY, GiB, activation_bytes, format_plan, planned_family_runs, gpu_attn_impl,
                                 matmul_params, measured_mfu, memory_per_gpu, n_params, optimizer_state_bytes, plan_table,
                                 position_activation_bytes, study_runs)
 from depthnb.schedules import SAUNSHI_MODELS, TABLE1_SPEEDUPS, speedup
@@ -67,7 +67,7 @@ def replace_vocab(cfg: ModelConfig) -> ModelConfig:
 @pytest.mark.parametrize("preset", ["tiny", "paper", "saunshi"])
 def test_planned_models_are_the_trainers(preset):
     p = PRESETS[preset]
-    for run in family_runs(p):
+    for run in planned_family_runs(p):
         sc, n = run.label.split(" L=")
         assert run.model == pretrain_config(p, sc, int(n)).model
     if preset not in STACK_STUDIES:
@@ -206,4 +206,4 @@ def test_prefix_lm_runs_are_planned_on_the_band_path():
     assert gpu_attn_impl(ModelConfig(attn_impl="sdpa"), prefix_lm=True) == "sdpa"
     dense = position_activation_bytes(ModelConfig(attn_impl="sdpa"), 1024)
     assert position_activation_bytes(cfg, 1024, prefix_lm=True) == 4 * cfg.n_heads * 1024 < dense  # the bias by distance
-    assert all(r.prefix_lm for r in study_runs("saunshi")) and not any(r.prefix_lm for r in family_runs("paper"))
+    assert all(r.prefix_lm for r in study_runs("saunshi")) and not any(r.prefix_lm for r in planned_family_runs("paper"))

@@ -228,7 +228,7 @@ from depthnb.presets import load_preset
 from depthnb.data import train_tokenizer  # noqa: E402
 from depthnb.model import DecoderLM  # noqa: E402
 from depthnb.paper import TABLE6_PAPER  # noqa: E402
-from depthnb.primitives import (answer_ids, complete, evaluate_primitives, evaluate_task,  # noqa: E402
+from depthnb.primitives import (answer_ids, complete, evaluate_primitives, evaluate_primitive_task,  # noqa: E402
                                 finetune_primitives, ft_eval_steps, ft_summary, ft_tensors, table6, table7,
                                 answer_loss)
 
@@ -263,10 +263,10 @@ class Reader(nn.Module):
 
 @pytest.mark.parametrize("task", list(PRIMITIVE_TASKS))
 def test_a_perfect_reader_scores_everything(tok, task):
-    res = evaluate_task(Reader(task, tok), tok, task, n=25, shots=5, batch_size=7, choice=False)
+    res = evaluate_primitive_task(Reader(task, tok), tok, task, n=25, shots=5, batch_size=7, choice=False)
     assert res["accuracy"] == 1.0 and res["n"] == 25 and len(res["answers"]) == 25
     assert res["accuracy_calculator"] == 1.0 if task == "psm" else "accuracy_calculator" not in res
-    wrong = evaluate_task(Reader(task, tok, extra="3"), tok, task, n=25, choice=False)
+    wrong = evaluate_primitive_task(Reader(task, tok, extra="3"), tok, task, n=25, choice=False)
     assert wrong["accuracy"] == 0.0  # an answer that runs on past the target is wrong
     if task == "psm":
         assert wrong["accuracy_calculator"] == 1.0  # ... unless only the expression counts

@@ -16,7 +16,6 @@ from _train_common import TEST_DATA  # noqa: E402
 import depthnb.finetune as ft  # noqa: E402
 from depthnb.config import FinetuneConfig, ModelConfig  # noqa: E402
 from depthnb.controls import kept_checkpoint_steps, refine_finetune  # noqa: E402
-from depthnb.data import train_tokenizer  # noqa: E402
 from depthnb.model import DecoderLM  # noqa: E402
 from depthnb.runs import load_model, read_metrics, save_weights  # noqa: E402
 
@@ -28,12 +27,6 @@ def fresh_model(seed: int = 0) -> DecoderLM:
     torch.manual_seed(seed)
     return DecoderLM(ModelConfig(d_model=32, d_attn=32, n_heads=2, d_ff=64, n_layers=2,
                                  n_vocab=TEST_DATA.vocab_size, n_ctx=64))
-
-
-@pytest.fixture(scope="module")
-def tok():
-    torch.set_num_threads(1)
-    return train_tokenizer(TEST_DATA, log=None)
 
 
 @pytest.fixture(scope="module")
@@ -113,10 +106,10 @@ def test_equal_loss_notebook_refines_its_picks_into_the_tolerance(tmp_path):
     import os
     import pandas as pd
     import papermill
-    from test_experiments import OVERRIDES
+    from _train_common import REPRODUCE_OVERRIDES
     from depthnb.reproduce import KERNEL_QUIET, experiments_dir, reproduce
 
-    overrides = dict(OVERRIDES, finetune_seeds=2, control_task="geoquery", tasks=["geoquery"])
+    overrides = dict(REPRODUCE_OVERRIDES, finetune_seeds=2, control_task="geoquery", tasks=["geoquery"])
     overrides.update({"finetune.steps": 30, "finetune.eval_every": 10, "finetune.n_snapshots": 3,
                       "finetune.warmup_steps": 3})
     reproduce("tiny", only=["petty_pretrain"], seeds=2, overrides=overrides, runs_dir=tmp_path / "runs",

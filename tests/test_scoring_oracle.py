@@ -1,5 +1,5 @@
 """Oracle tests of scoring: through the same lm-eval path as every model (depthnb's task files, lm-eval's filters
-and metrics, `evaluate_task`), a model that answers with the gold answer scores 1.0 and one that answers wrongly
+and metrics, `evaluate_downstream_task`), a model that answers with the gold answer scores 1.0 and one that answers wrongly
 0.0 — GSM8k with and without the calculator, a math set (SVAMP), NQ-open and WebQuestions, on the local mirror."""
 import re
 
@@ -7,7 +7,7 @@ import pytest
 from lm_eval.api.model import LM
 
 from depthnb.downstream import calculator_edit
-from depthnb.downstream_tasks import evaluate_task
+from depthnb.downstream_tasks import evaluate_downstream_task
 
 FINAL = re.compile(r"#### (-?[\d.,]+)\s*$")
 
@@ -84,9 +84,9 @@ CASES = [("gsm8k", False), ("gsm8k", True), ("svamp", False), ("svamp", True), (
 
 @pytest.mark.parametrize("task, calculator", CASES, ids=[f"{t}{'-calc' if c else ''}" for t, c in CASES])
 def test_gold_scores_one_and_wrong_scores_zero(task, calculator):
-    right = evaluate_task(Oracle(task, gold, calculator), task, limit=8)
+    right = evaluate_downstream_task(Oracle(task, gold, calculator), task, limit=8)
     assert right["n"] == 8 and right["accuracy"] == 1.0, right
-    miss = evaluate_task(Oracle(task, wrong, calculator), task, limit=8)
+    miss = evaluate_downstream_task(Oracle(task, wrong, calculator), task, limit=8)
     assert miss["n"] == 8 and miss["accuracy"] == 0.0, miss
 
 

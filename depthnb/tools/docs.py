@@ -453,8 +453,3 @@ def build_docs(root: str | Path | None = None, out: str | Path | None = None, lo
     log(f"docs: {len(site_pages_)} pages in {out} ({build.seconds:.0f} s, {len(warnings)} Sphinx warnings, "
         f"{len(failures)} notebook(s) left out)")
     return build
-
-# %% ../../nbs/95_docs.ipynb #f1b110fb
-if __name__ == "__main__" and "__file__" in globals():  # `python -m depthnb.tools.docs`, not a notebook kernel
-    from depthnb.cmd_docs import main  # the command line is the wing's (10j_cmd_docs)
-    sys.exit(main())

@@ -23,7 +23,7 @@ from ..runspecs import RunSpec, family_run, stack_run
 __all__ = ['OPTIMIZER_STATE', 'GPUS', 'USABLE_MEMORY', 'ASSUMED_MFU', 'GiB', 'param_shapes', 'n_params', 'matmul_params',
            'optimizer_state_bytes', 'layer_activation_bytes', 'head_activation_bytes', 'gpu_attn_impl',
            'position_activation_bytes', 'activation_bytes', 'GPU', 'fsdp_gathered_bytes', 'memory_per_gpu',
-           'PlannedRun', 'family_runs', 'study_runs', 'measured_mfu', 'run_mfu', 'plan_table', 'memory_table',
+           'PlannedRun', 'planned_family_runs', 'study_runs', 'measured_mfu', 'run_mfu', 'plan_table', 'memory_table',
            'format_plan']
 
 # %% ../../nbs/90_plan.ipynb #733bf4e5
@@ -189,7 +189,7 @@ def _planned_run(section: str, label: str, spec: RunSpec, seeds: int) -> Planned
                       c.parallel, spec.size_class, c.objective == "ul2")
 
 
-def family_runs(preset: Preset | str) -> list[PlannedRun]:
+def planned_family_runs(preset: Preset | str) -> list[PlannedRun]:
     "The pretraining runs of a preset's depth families (Petty et al.): one per size class and depth."
     p = get_preset(preset)
     return [_planned_run("depth family", f"{sc.name} L={n}", family_run(p, sc, n), len(p.seeds))
@@ -252,7 +252,7 @@ def plan_table(preset: Preset | str, gpus: int = 8, gpu: str = "h100", mfu: floa
     g = GPUS[gpu]
     usable = USABLE_MEMORY * g.memory_gib
     rows = []
-    for run in [*family_runs(preset), *study_runs(preset)]:
+    for run in [*planned_family_runs(preset), *study_runs(preset)]:
         micro = run.micro_batch(gpus)
         mem = {f"{mode}{'+ckpt' if ckpt else ''}_GiB": sum(memory_per_gpu(run.model, run.optimizer, micro, gpus,
                                                                              mode == "fsdp", ckpt, run.prefix_lm).values()) / GiB
@@ -317,7 +317,7 @@ def format_plan(preset: Preset | str, gpus: int = 8, gpu: str = "h100", mfu: flo
         hours = t.loc[rows.index].gpu_hours.sum()
         out += [f"{section}: {len(rows)} runs, {hours:,.0f} GPU-hours ({hours / gpus:,.0f} hours on {gpus} GPUs)",
                 rows.drop(columns="section").to_string(index=False), ""]
-    big = max([*family_runs(p), *study_runs(p)], key=lambda r: n_params(r.model))
+    big = max([*planned_family_runs(p), *study_runs(p)], key=lambda r: n_params(r.model))
     out += [f"memory per GPU by part, GiB ({big.label}: {n_params(big.model):,} parameters, {big.optimizer}, "
             f"micro-batch {big.micro_batch(gpus)} x {big.model.n_ctx} tokens, {gpus} GPUs):",
             memory_table(big.model, big.optimizer, big.micro_batch(gpus), gpus).map(lambda x: f"{x:,.2f}").to_string()]

@@ -24,7 +24,7 @@ from ..solver import model_config
 from ..devices import autocast, configure_backends, sync_device, timed_segment
 from ..optim import make_optimizer, train_step
 from ..runs import read_metrics
-from ..data import load_tokenizer
+from ..data import load_tokenizer, rank_rows
 from ..tasks import load_task
 from ..schedules import speedup, stack_config
 from ..stacking import stack_train
@@ -388,8 +388,7 @@ class RandomTokens:
 
     def batch(self, step: int, batch_size: int, rank: int = 0, world: int = 1) -> torch.Tensor:
         g = torch.Generator().manual_seed(self.seed * 1_000_003 + step)
-        per = batch_size // world
-        return torch.randint(0, self.n_vocab, (batch_size, self.n_ctx + 1), generator=g)[rank * per:(rank + 1) * per]
+        return rank_rows(torch.randint(0, self.n_vocab, (batch_size, self.n_ctx + 1), generator=g), rank, world)
 
 
 def _stack_model_config(bc: BenchConfig, n_layers: int, variant: str = "sdpa") -> ModelConfig:
