@@ -868,6 +868,9 @@ def cmd_assemble(args) -> int:
     if args.report:
         from depthnb.reproduce import reproduce  # here, not at the top: a job runs this file before its wheels are in
 
+        # the report's kernel must import this checkout's depthnb, as this process does (sys.path above): where another
+        # is installed (the rehearsal's copy of a checkout) it would read the folders it is given from the other one
+        os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
         with tempfile.TemporaryDirectory() as tmp:
             reproduce(plan["preset"], only=["report"], overrides=plan["overrides"], runs_dir=tmp,
                       figures_dir=figures_root)
@@ -985,8 +988,12 @@ def cmd_rehearse(args) -> int:
                    PYTHONPATH=os.pathsep.join(filter(None, [str(image), env.get("PYTHONPATH")])))
     runs = tree / STATE_DIR / "runs"
     evidence = {}
-    for i, extra in enumerate([[], ["--cut", "pretrain"], []], 1):
-        subprocess.run([*py, "run", "--deadline", str(args.deadline), "--out", str(work / f"out{i}"), *extra],
+    # the first job has a GPU job's deadline, so that it holds only FIRST_JOB as a fresh checkout's first job does (the
+    # shrunk plan's stages would all fit the rehearsal's longer deadline); the second is cut mid-pretraining; the third
+    # resumes it
+    jobs = [(DEADLINE, []), (args.deadline, ["--cut", "pretrain"]), (args.deadline, [])]
+    for i, (deadline, extra) in enumerate(jobs, 1):
+        subprocess.run([*py, "run", "--deadline", str(deadline), "--out", str(work / f"out{i}"), *extra],
                        check=True, env=job_env, cwd=tree)
         if i == 2:  # what the cut left: checkpoints to resume from, snapshots a resumed run must not rewrite
             evidence["checkpoints_after_cut"] = sorted(str(f.relative_to(runs)) for f in runs.rglob("checkpoints/*.pt"))
