@@ -192,7 +192,8 @@ CLAIMS = [
           f"seconds per step = a + b L + c L^2 over >= {LATENCY_MIN_DEPTHS} depths x >= {LATENCY_MIN_ROUNDS} timing "
           f"rounds; holds if b's 95% interval is above 0 and c's lies within a bow of {LATENCY_CURVE_MARGIN:.0%} of the "
           "rise, does not hold if b's is below 0 or c's lies outside it; not testable with fewer depths or rounds, a "
-          f"slope interval spanning 0, or a busy machine (round medians spread > {LATENCY_MAX_SPREAD:.0%}); null: "
+          f"slope interval spanning 0, unstable timings (round medians spread > {LATENCY_MAX_SPREAD:.0%}) or a timing "
+          "its load record flags busy; null: "
           "step times linear in depth, and curved",
           lambda t: claim_latency_linear(t("petty_fig8_latency_rounds"))),
     Claim("Petty", "Fig. 9", "Feed-forward maps grow more rank-deficient as d_model/d_ff grows",

@@ -610,8 +610,8 @@ def claim_latency_linear(lat: pd.DataFrame) -> tuple[str, str]:
     """Petty (Fig. 8): step time grows linearly with depth at equal parameters. Over the timing rounds of at least
     LATENCY_MIN_DEPTHS depths: holds if the line's slope is above 0 and the quadratic term's 95% interval lies inside the
     band of a bow of at most LATENCY_CURVE_MARGIN of the rise; does not hold if the slope is below 0 or the quadratic
-    interval lies wholly outside the band; not testable with fewer depths or rounds, or on a busy machine (a depth's
-    round medians spread by more than LATENCY_MAX_SPREAD)."""
+    interval lies wholly outside the band; not testable with fewer depths or rounds, with unstable timings (a depth's
+    round medians spread by more than LATENCY_MAX_SPREAD), or where the timing's own load record flags a busy machine."""
     parts, verdicts = [], []
     for name, g in lat.groupby("size_class"):
         depths = sorted(set(g.n_layers))
@@ -633,8 +633,9 @@ def claim_latency_linear(lat: pd.DataFrame) -> tuple[str, str]:
             continue
         if spread > LATENCY_MAX_SPREAD:
             verdicts.append("not testable")
-            parts.append(f"{label}: not measured: machine busy (a depth's round medians spread {spread:.0%} of their "
-                         f"median, more than {LATENCY_MAX_SPREAD:.0%})")
+            parts.append(f"{label}: not measured: timings unstable across rounds (a depth's round medians spread "
+                         f"{spread:.0%} of their median, more than {LATENCY_MAX_SPREAD:.0%}: a busy machine, or steps "
+                         "too short to time)")
             continue
         f = latency_curvature(g)
         s, c, band = f["slope"], f["curve"], f["band"]
