@@ -120,7 +120,7 @@ PRESETS: dict[str, Preset] = {
     "cpu": replace(
         CPU_BASE,
         name="cpu",
-        description="Science on 2 CPU cores in three parts of under 2 hours each: the depth family's 1-, 3- and "
+        description="Science on 2 CPU cores in four parts of under 2 hours each: the depth family's 1-, 3- and "
                     "6-layer models with ten pretraining seeds (cpu-petty-a, cpu-petty-b) on GeoQuery and "
                     "passivization with both controls on GeoQuery, and MIDAS vs its baseline on COGS-vf over "
                     "thirteen stacking seeds (cpu-midas, cpu-midas-b); the report pools the parts (sized by experiments/cpu_sizing).",
