@@ -80,7 +80,10 @@ def test_results_page_and_experiment_pages(site):
         assert f"preset-{preset}" in results
         for claim in fid.claim:  # every claim has its row
             assert claim.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("'", "&#x27;") in results, claim
-    assert results.count('class="depthnb-verdict ') == sum(len(pd.read_csv(ROOT / "figures" / p / "fidelity.csv")) for p in presets)
+    fids = [pd.read_csv(ROOT / "figures" / p / "fidelity.csv", keep_default_na=False) for p in presets]
+    adapted = sum(int((f.get("adapted_verdict", pd.Series(dtype=str)) != "").sum()) for f in fids)
+    assert results.count('class="depthnb-verdict ') == sum(len(f) for f in fids) + adapted  # the adapted ones under theirs
+    assert results.count('class="depthnb-adapted"') == adapted
     # an experiment page shows the figure its code makes, linked to the full-size image, and its tables with their CSV
     pretrain = (site.site / "experiments" / "petty_pretrain.html").read_text()
     fig = f"../figures/{presets[0]}/petty_fig2_perplexity.png"
