@@ -29,8 +29,8 @@ __all__ = ['PAPER_CLASS', 'NEAR_BEST', 'SATURATING_TASKS', 'EQUAL_PPL_TOLERANCE'
            'middle_depth', 'bend', 'claim_saturation', 'saturation_depth', 'claim_vf_saturates_sooner',
            'generalization_types', 'NoTypes', 'type_table', 'claim_lexical_not_structural',
            'claim_structural_near_zero', 'control_effect', 'claim_equal_ppl', 'claim_equal_ppl_paper', 'pick_steps',
-           'depth_gaps', 'claim_equal_loss', 'declared_picks', 'claim_equal_loss_paper', 'latency_curvature',
-           'claim_latency_linear', 'claim_rank_deficient']
+           'threshold_text', 'depth_gaps', 'claim_equal_loss', 'declared_picks', 'claim_equal_loss_paper',
+           'latency_curvature', 'claim_latency_linear', 'claim_rank_deficient']
 
 # %% ../nbs/08c_claims_petty.ipynb #87c297bf
 PAPER_CLASS = "41M"  # Petty Table 3's class whose numbers are the effect sizes
@@ -503,6 +503,12 @@ def pick_steps(g: pd.DataFrame) -> str:
     return ", ".join(f"{n} layer(s) {lo}" + (f"-{hi}" if hi > lo else "") for n, (lo, hi) in spans.items())
 
 
+def threshold_text(g: pd.DataFrame) -> str:
+    "The loss threshold(s) of a selection in words: one per part of a preset in parts, each part's runs reach their own."
+    thr = g.threshold.unique()
+    return f"a threshold of {thr[0]:.4f}" if len(thr) == 1 else f"thresholds {thr.min():.4f} to {thr.max():.4f} (one per part)"
+
+
 def depth_gaps(g: pd.DataFrame, gap: pd.Series) -> str:
     "The mean relative gap of each depth's picks from the threshold: a depth matched systematically low fits better."
     return ", ".join(f"{n} layer(s) {100 * v:+.0f}%" for n, v in gap.groupby(g.n_layers).mean().items())
@@ -517,9 +523,7 @@ def claim_equal_loss(sel: pd.DataFrame, task: str) -> tuple[str, str]:
     for name, g in sel.groupby("size_class"):
         label = f"{name}, at equal in-distribution loss on {TASK_NAMES.get(task, task)}"
         gap = g.loss / g.threshold - 1
-        thr = g.threshold.unique()  # one per part of a preset in parts: each part's runs reach their own
-        thresholds = (f"a threshold of {thr[0]:.4f}" if len(thr) == 1 else
-                      f"thresholds {thr.min():.4f} to {thr.max():.4f} (one per part)")
+        thresholds = threshold_text(g)
         refined = (f"; {int(g.refined.astype(str).str.lower().eq('true').sum())} of {len(g)} picks refined (a "
                    "retrained stretch evaluated densely)") if "refined" in g else ""
         gaps = (f"matched losses {g.loss.min():.4f} to {g.loss.max():.4f} for {thresholds} "
@@ -559,9 +563,7 @@ def claim_equal_loss_paper(snapshots: pd.DataFrame, sel: pd.DataFrame, task: str
         picks = declared_picks(snaps, g)
         gap = picks.loss / picks.threshold - 1
         far, never = picks[gap.abs() > EQUAL_LOSS_TOLERANCE], picks[picks.loss.isna()]
-        thr = g.threshold.unique()
-        head = (f"first snapshot at or below {'a threshold of ' + format(thr[0], '.4f') if len(thr) == 1 else 'thresholds ' + format(thr.min(), '.4f') + ' to ' + format(thr.max(), '.4f') + ' (one per part)'}"
-                f" (the paper's 0.0002)")
+        head = f"first snapshot at or below {threshold_text(g)} (the paper's 0.0002)"
         if len(never) or len(far):
             verdicts.append("not testable")
             parts.append(f"{label}: {head}: {len(far)} of {len(picks)} picks beyond the {EQUAL_LOSS_TOLERANCE:.0%} "
