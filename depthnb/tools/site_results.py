@@ -20,9 +20,9 @@ from ..reproduce import EXPERIMENTS
 __all__ = ['PRESET_ORDER', 'PAPERS', 'VERDICT_CLASS', 'Output', 'shown_presets', 'preset_outputs', 'report_sections',
            'paper_order', 'output_patterns', 'code_cells', 'output_cell', 'experiment_owners', 'escape_pseudo_tags',
            'short_caption', 'thumbnail', 'figure_block', 'table_block', 'relative_url', 'page_outputs',
-           'experiment_results', 'with_results', 'split_evidence', 'shorten', 'stability_word', 'claim_reference',
-           'claim_output', 'output_url', 'adapted_badge', 'verdict_table', 'adapted_details', 'results_markdown',
-           'report_markdown', 'gallery_html']
+           'experiment_results', 'with_results', 'split_evidence', 'claims_paper_says', 'paper_value', 'clauses',
+           'cut_at_sentence', 'evidence_html', 'stability_word', 'claim_reference', 'claim_output', 'output_url',
+           'adapted_badge', 'verdict_table', 'adapted_details', 'results_markdown', 'report_markdown', 'gallery_html']
 
 # %% ../../nbs/95d_site_results.ipynb #287ae77a
 PRESET_ORDER = ("paper", "small", "cpu", "tiny")  # the most meaningful first; any other shown preset after these
@@ -247,17 +247,61 @@ def split_evidence(evidence: str) -> tuple[str, str]:
     return text[:m.start()].strip().rstrip(".;") + ".", m.group(1).strip()
 
 
-def shorten(text: str, limit: int) -> str:
-    "`text` cut at a word to at most `limit` characters, with an ellipsis when cut."
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[:limit].rsplit(" ", 1)[0].rstrip(",;:(") + " …"
+def claims_paper_says() -> dict[tuple[str, str, str], str]:
+    "(paper, where, claim) -> the claim's own statement of the paper's number (`Claim.paper_says`), where it has one."
+    from depthnb.claims import CLAIMS
+
+    return {(c.paper, c.where, c.claim): c.paper_says for c in CLAIMS if c.paper_says}
+
+
+def paper_value(r: dict, says: dict[tuple[str, str, str], str]) -> str:
+    "What the paper says for a fidelity row: its evidence's `Paper ...` part, else the claim's `paper_says`, else ''."
+    return split_evidence(str(r["evidence"]))[1] or says.get((r["paper"], r["where"], r["claim"]), "")
+
+
+_ABBREVIATIONS = ("Fig.", "Figs.", "al.", "vs.", "e.g.", "i.e.", "App.", "Tab.", "cf.", "Eq.", "No.", "approx.")
+
+
+def clauses(text: str) -> list[str]:
+    """`text` cut after each sentence or `;`-clause that ends outside brackets (an abbreviation such as `Fig.` or
+    `e.g.` ends none), each piece with its own punctuation."""
+    text = " ".join(str(text).split())
+    out, start, depth = [], 0, 0
+    for i, ch in enumerate(text):
+        depth += (ch in "([") - (ch in ")]")
+        if ch in ".;" and depth <= 0 and i + 1 < len(text) and text[i + 1] == " ":
+            if ch == "." and text[:i + 1].endswith(_ABBREVIATIONS):
+                continue
+            out.append(text[start:i + 1])
+            start = i + 2
+    return out + ([text[start:]] if text[start:] else [])
+
+
+def cut_at_sentence(text: str, limit: int) -> tuple[str, str]:
+    """(shown, rest): the leading sentences (`clauses`) of `text` that fit in `limit` characters, at least the first
+    one whole, and the rest (empty when all of it fits). Nothing is cut inside a sentence."""
+    parts = clauses(text)
+    if not parts:
+        return "", ""
+    shown, i = parts[0], 1
+    while i < len(parts) and len(shown) + 1 + len(parts[i]) <= limit:
+        shown, i = f"{shown} {parts[i]}", i + 1
+    return shown, " ".join(parts[i:])
+
+
+def evidence_html(text: str, limit: int) -> str:
+    "`text` as HTML: whole if it fits in `limit`, else cut at a sentence with the rest one click away (`<details>`)."
+    shown, rest = cut_at_sentence(text, limit)
+    if not rest:
+        return html.escape(shown)
+    return (f'{html.escape(shown)}<details class="depthnb-more"><summary>more</summary>{html.escape(rest)}</details>')
 
 
 def stability_word(stability: str) -> str:
     "The verdicts' stability in a few words: `stable`, `fragile`, `not decided`, per task where it differs."
     found = re.findall(r"(?:(?:^|; )([^:;]+): )?(stable|fragile|not decided|no seeds to leave out)", str(stability))
     words = [f"{label} {word}" if label else word for label, word in found]
-    return "; ".join(dict.fromkeys(words)) or shorten(str(stability), 40)
+    return "; ".join(dict.fromkeys(words)) or cut_at_sentence(str(stability), 40)[0]
 
 
 def claim_reference(where: str, paper: str) -> str | None:
@@ -301,16 +345,18 @@ def adapted_badge(r: dict) -> str:
             f'<span class="depthnb-verdict depthnb-{cls}">{html.escape(verdict)}</span></span>')
 
 
-def verdict_table(rows: pd.DataFrame, links: list[str]) -> str:
-    "One paper's claims as an HTML table: claim, ours, the paper's, verdict, stability, links."
+def verdict_table(rows: pd.DataFrame, links: list[str], says: dict[tuple[str, str, str], str] | None = None) -> str:
+    """One paper's claims as an HTML table: claim, ours, the paper's (`paper_value`; `says`: `claims_paper_says()` by
+    default), verdict, stability, links. Long evidence is cut at a sentence, the rest one click away in its cell."""
+    says = claims_paper_says() if says is None else says
     head = "<tr><th>claim</th><th>ours</th><th>paper</th><th>verdict</th><th>stability</th><th>see</th></tr>"
     body = []
     for r, link in zip(rows.to_dict("records"), links):
-        ours, paper = split_evidence(str(r["evidence"]))
+        ours, paper = split_evidence(str(r["evidence"]))[0], paper_value(r, says)
         cls = VERDICT_CLASS.get(r["verdict"], "none")
         body.append(
             f"<tr><td><b>{html.escape(str(r['where']))}</b> {html.escape(str(r['claim']))}</td>"
-            f"<td>{html.escape(shorten(ours, 130))}</td><td>{html.escape(shorten(paper, 70))}</td>"
+            f'<td class="depthnb-ours">{evidence_html(ours, 130)}</td><td class="depthnb-paper">{evidence_html(paper, 90)}</td>'
             f'<td><span class="depthnb-verdict depthnb-{cls}">{html.escape(str(r["verdict"]))}</span>{adapted_badge(r)}</td>'
             f'<td title="{html.escape(str(r["stability"]))}">{html.escape(stability_word(r["stability"]))}</td><td>{link}</td></tr>')
     return f'<div class="depthnb-table-box"><table class="depthnb-verdicts">{head}{"".join(body)}</table></div>'
