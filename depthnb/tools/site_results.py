@@ -160,10 +160,11 @@ def thumbnail(out: Output, href: str, page: str | None = None, caption: bool = T
 
 
 def figure_block(out: Output, href: str) -> str:
-    "A figure at the text's width, linked to its full-size image, with its whole caption once."
-    return (f'<figure class="depthnb-figure" id="{html.escape(out.stem)}"><a href="{html.escape(href)}">'
-            f'<img src="{html.escape(href)}" alt="{html.escape(short_caption(out.caption, 200))}" loading="lazy"></a>'
-            f"<figcaption>{html.escape(out.caption)}</figcaption></figure>")
+    """A figure at the text's width, linked to its full-size image. Its caption is the one `save_figure` drew into the
+    PNG, so it is not repeated below it: the whole caption is the image's alt text and tooltip."""
+    cap = html.escape(out.caption)
+    return (f'<figure class="depthnb-figure" id="{html.escape(out.stem)}"><a href="{html.escape(href)}" title="{cap}">'
+            f'<img src="{html.escape(href)}" alt="{cap}" loading="lazy"></a></figure>')
 
 
 def table_block(out: Output, root: Path, href: str, max_rows: int = 12) -> str:
@@ -415,15 +416,19 @@ def results_markdown(root: Path, presets: list[str], owners: dict[str, str], exp
 
 # %% ../../nbs/95d_site_results.ipynb #e7066e98
 def report_markdown(root: Path, preset: str, owners: dict[str, str], experiment_page, page: str) -> str:
-    "`figures/<preset>/REPORT.md` as a site page: its links to files made site paths, its images linked thumbnails."
+    """`figures/<preset>/REPORT.md` as a site page: its links to files made site paths, its images linked thumbnails
+    without the caption paragraph below them (the PNG shows it; a `[note]` leading it stays)."""
     folder = f"figures/{preset}"
     text = (Path(root) / folder / "REPORT.md").read_text()
 
-    def image(m):
-        alt, name = m.groups()
+    def image(m):  # the caption below the image is the one drawn into the PNG: only a [note] before it stays
+        alt, name, caption = m.group(1), m.group(2), m.group(3) or ""
         href = relative_url(f"{folder}/{name}", page)
-        return (f'<div class="depthnb-report-fig"><a href="{html.escape(href)}"><img class="depthnb-report-img" '
-                f'src="{html.escape(href)}" alt="{html.escape(alt)}" loading="lazy"></a></div>')  # an HTML block, served as is
+        note = re.match(r"\[([^\]]*)\]", caption.strip())
+        tip = html.escape(" ".join(caption.split()) or alt)
+        block = (f'<div class="depthnb-report-fig"><a href="{html.escape(href)}" title="{tip}"><img class="depthnb-report-img" '
+                 f'src="{html.escape(href)}" alt="{tip}" loading="lazy"></a></div>')  # an HTML block, served as is
+        return block + (f"\n\n*{note.group(1)}*" if note else "")
 
     def link(m):
         label, name, ext = m.groups()
@@ -432,7 +437,7 @@ def report_markdown(root: Path, preset: str, owners: dict[str, str], experiment_
             return f"[{label}]({made or relative_url(f'{folder}/{name}.csv', page)})"
         return f"[{label}]({relative_url(f'{folder}/{name}.{ext}', page)})"
 
-    text = re.sub(r"^!\[([^\]]*)\]\(([\w.-]+\.png)\)", image, text, flags=re.M)
+    text = re.sub(r"^!\[([^\]]*)\]\(([\w.-]+\.png)\)(?:\n\n\*(.+)\*$)?", image, text, flags=re.M)
     text = re.sub(r"\[([^\]]*)\]\(([\w.-]+?)\.(md|csv|png|pdf)\)", link, text)
     return escape_pseudo_tags(text)
 
