@@ -168,13 +168,14 @@ def figure_block(out: Output, href: str) -> str:
 
 
 def table_block(out: Output, root: Path, href: str, max_rows: int = 12) -> str:
-    "A table as HTML (at most `max_rows` rows, then how many more and the full CSV), scrolling sideways inside its box."
+    "A table as HTML (at most `max_rows` rows, then how many more and the full CSV) under its caption, scrolling sideways inside its box."
     t = pd.read_csv(Path(root) / out.path)
     shown = t.head(max_rows)
     more = (f"first {max_rows} of {len(t)} rows; " if len(t) > max_rows else "") + f'<a href="{html.escape(href)}">CSV</a>'
     table = shown.to_html(index=False, border=0, classes="depthnb-table", na_rep="", float_format=lambda x: f"{x:.4g}")
-    return (f'<div class="depthnb-table-box" id="{html.escape(out.stem)}"><p class="depthnb-caption">'
-            f"<b>{html.escape(out.stem)}</b>: {html.escape(out.caption)} ({more})</p>\n{table}\n</div>")
+    return (f'<div class="depthnb-table-out" id="{html.escape(out.stem)}"><p class="depthnb-caption">'
+            f"<b>{html.escape(out.stem)}</b>: {html.escape(out.caption)} ({more})</p>\n"
+            f'<div class="depthnb-table-box">{table}</div>\n</div>')
 
 # %% ../../nbs/95d_site_results.ipynb #b85ce030
 def relative_url(target: str, page: str) -> str:
@@ -348,9 +349,10 @@ def adapted_badge(r: dict) -> str:
 
 def verdict_table(rows: pd.DataFrame, links: list[str], says: dict[tuple[str, str, str], str] | None = None) -> str:
     """One paper's claims as an HTML table: claim, ours, the paper's (`paper_value`; `says`: `claims_paper_says()` by
-    default), verdict, stability, links. Long evidence is cut at a sentence, the rest one click away in its cell."""
+    default), the verdict with its stability under it, links. Long evidence is cut at a sentence, the rest one click
+    away in its cell."""
     says = claims_paper_says() if says is None else says
-    head = "<tr><th>claim</th><th>ours</th><th>paper</th><th>verdict</th><th>stability</th><th>see</th></tr>"
+    head = "<tr><th>claim</th><th>ours</th><th>paper</th><th>verdict, stability</th><th>see</th></tr>"
     body = []
     for r, link in zip(rows.to_dict("records"), links):
         ours, paper = split_evidence(str(r["evidence"]))[0], paper_value(r, says)
@@ -358,8 +360,9 @@ def verdict_table(rows: pd.DataFrame, links: list[str], says: dict[tuple[str, st
         body.append(
             f"<tr><td><b>{html.escape(str(r['where']))}</b> {html.escape(str(r['claim']))}</td>"
             f'<td class="depthnb-ours">{evidence_html(ours, 130)}</td><td class="depthnb-paper">{evidence_html(paper, 90)}</td>'
-            f'<td><span class="depthnb-verdict depthnb-{cls}">{html.escape(str(r["verdict"]))}</span>{adapted_badge(r)}</td>'
-            f'<td title="{html.escape(str(r["stability"]))}">{html.escape(stability_word(r["stability"]))}</td><td>{link}</td></tr>')
+            f'<td><span class="depthnb-verdict depthnb-{cls}">{html.escape(str(r["verdict"]))}</span>{adapted_badge(r)}'
+            f'<div class="depthnb-stability" title="{html.escape(str(r["stability"]))}">{html.escape(stability_word(r["stability"]))}'
+            f'</div></td><td>{link}</td></tr>')
     return f'<div class="depthnb-table-box"><table class="depthnb-verdicts">{head}{"".join(body)}</table></div>'
 
 
