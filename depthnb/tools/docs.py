@@ -211,7 +211,7 @@ SITE_JS = """// depthnb.js: loaded (deferred) before the theme's own script.
     };
     const inView = () => {
       const header = document.getElementById("pst-header");
-      const line = Math.max(0, header ? header.getBoundingClientRect().bottom : 0) + Math.min(window.innerHeight * 0.25, 160);
+      const line = Math.max(0, header ? header.getBoundingClientRect().bottom : 0) + Math.min(window.innerHeight * 0.2, 100);
       let found = -1;
       heads.forEach((h, i) => { if (h && h.getBoundingClientRect().top <= line) found = i; });
       const root = document.documentElement;
