@@ -64,10 +64,20 @@ def test_every_notebook_becomes_a_page(site):
     # no signature shows the type nbdev infers for a builtin default (myst.html's own code and tests show the raw form)
     raw = [p for p in site.pages if p != "myst.html" and "builtin_function_or_method" in (site.site / p).read_text()]
     assert raw == [], raw
-    # the Results page comes first in the navigation, after the home page; the tooling comes last
+    # the Results page comes first in the navigation, after the home page, then the guides; the tooling comes last
     home = (site.site / "index.html").read_text()
     nav = home[home.index('class="bd-links'):]
-    assert nav.index("results.html") < nav.index("config.html") < nav.index("experiments/petty_shapes.html") < nav.index('href="plan.html"')
+    assert (nav.index("results.html") < nav.index("guides/running.html") < nav.index("config.html")
+            < nav.index("experiments/petty_shapes.html") < nav.index('href="plan.html"'))
+    # the home page: what the repository shows, the headline verdicts linked, how to run it, where to read on
+    for section in ("headline-results", "run-it", "read-on"):
+        assert f'id="{section}"' in home, section
+    headline = home[home.index('id="headline-results"'):home.index('id="run-it"')]
+    assert 'class="depthnb-verdict ' in headline and "results.html#preset-" in headline and "experiments/" in headline
+    read_on = home[home.index('id="read-on"'):]
+    for guide in ("guides/running.html", "guides/beyond.html", "guides/reliability.html", "report-cpu.html"):
+        assert f'href="{guide}' in read_on, guide
+    assert not re.search(r'href="[^"]*REPORT\.md', home)  # GitHub's links to a report lead to its page
 
 
 def test_results_page_and_experiment_pages(site):

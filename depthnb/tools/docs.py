@@ -25,9 +25,9 @@ import nbformat.v4 as v4
 import pandas as pd
 from .myst import fallback_anchors, myst_notebook, undocumented
 from .pages import SitePages, find_root, notebooks_table, page_name, read_settings, site_pages, source_text
-from .site_results import (experiment_owners, experiment_results, gallery_html, page_outputs, preset_outputs,
-                                        relative_url, report_markdown, results_markdown, shown_presets, verdict_table,
-                                        with_results)
+from .site_results import (experiment_owners, experiment_results, gallery_html, headline_html, page_outputs,
+                                        preset_outputs, relative_url, report_markdown, results_markdown, shown_presets,
+                                        verdict_table, with_results)
 
 # %% auto #0
 __all__ = ['DOCS_REQUIREMENTS', 'SITE_CSS', 'SITE_JS', 'CLAIM_PAGES', 'PLAN_PAGE', 'PLAN_PRESETS', 'HOME_FOLD_ROWS', 'proc_error',
@@ -472,10 +472,11 @@ def write_site_source(root: Path, pages: SitePages, log=print, preset: str = "ti
     for p in presets:
         (src / f"report-{p}.md").write_text(report_markdown(root, p, owners, experiment_page, f"report-{p}.html"))
     converted, missing_docs = {}, {}
+    links = {**names, **{f"figures/{p}/REPORT.md": f"report-{p}.html" for p in presets}}  # GitHub's links, as site pages
     for nb in ok:
         proc_nb = json.loads((proc / nb).read_text())
         page = names[nb.as_posix()]
-        converted[page] = out = myst_notebook(proc_nb, json.loads((nbs_path / nb).read_text()), page, doc_url, names, root)
+        converted[page] = out = myst_notebook(proc_nb, json.loads((nbs_path / nb).read_text()), page, doc_url, links, root)
         missing_docs[page] = undocumented([source_text(o.get("data", {}).get("text/markdown")) for c in proc_nb["cells"]
                                            for o in c.get("outputs", [])])
         if executed[nb] != nbs_path / nb:
@@ -491,9 +492,11 @@ def write_site_source(root: Path, pages: SitePages, log=print, preset: str = "ti
                 f"{len(listed.tooling)} tooling notebooks, "
                 "each with its title and first sentence", notebooks_table(nbs_path, listed, lambda rel: names[rel.as_posix()])))
             insert_after_heading(out, "## Gallery", gallery_html(root, presets, owners, experiment_page))
+            insert_after_heading(out, "## Headline results", headline_html(root, presets, owners, experiment_page))
             strip = lambda nbs: [names[n.as_posix()][:-len(".html")] for n in nbs if n in ok]
             out.cells.append(nbformat.v4.new_markdown_cell(
-                toctree("Results", results) + "\n\n" + toctree("Components", strip(pages.components)) + "\n\n"
+                toctree("Results", results) + "\n\n" + toctree("Guides", strip(pages.guides)) + "\n\n"
+                + toctree("Components", strip(pages.components)) + "\n\n"
                 + toctree("Experiments", strip(pages.experiments)) + "\n\n" + toctree("Tooling", strip(pages.tooling))))
     if n := sum(map(len, missing_docs.values())):
         log(f"{n} documented functions have no docstring (shown without one): "

@@ -17,12 +17,13 @@ from ..presets import PRESETS
 from ..reproduce import EXPERIMENTS
 
 # %% auto #0
-__all__ = ['PRESET_ORDER', 'PAPERS', 'VERDICT_CLASS', 'Output', 'shown_presets', 'preset_outputs', 'report_sections',
-           'paper_order', 'output_patterns', 'code_cells', 'output_cell', 'experiment_owners', 'escape_pseudo_tags',
-           'short_caption', 'thumbnail', 'figure_block', 'table_block', 'relative_url', 'page_outputs',
-           'experiment_results', 'with_results', 'split_evidence', 'claims_paper_says', 'paper_value', 'clauses',
-           'cut_at_sentence', 'evidence_html', 'stability_word', 'claim_reference', 'claim_output', 'output_url',
-           'adapted_badge', 'verdict_table', 'adapted_details', 'results_markdown', 'report_markdown', 'gallery_html']
+__all__ = ['PRESET_ORDER', 'PAPERS', 'VERDICT_CLASS', 'HEADLINE_VERDICTS', 'PAPER_NAMES', 'Output', 'shown_presets',
+           'preset_outputs', 'report_sections', 'paper_order', 'output_patterns', 'code_cells', 'output_cell',
+           'experiment_owners', 'escape_pseudo_tags', 'short_caption', 'thumbnail', 'figure_block', 'table_block',
+           'relative_url', 'page_outputs', 'experiment_results', 'with_results', 'split_evidence', 'claims_paper_says',
+           'paper_value', 'clauses', 'cut_at_sentence', 'evidence_html', 'stability_word', 'claim_reference',
+           'claim_output', 'output_url', 'adapted_badge', 'verdict_table', 'adapted_details', 'claim_link',
+           'results_markdown', 'report_markdown', 'gallery_html', 'headline_rows', 'headline_rest', 'headline_html']
 
 # %% ../../nbs/95d_site_results.ipynb #287ae77a
 PRESET_ORDER = ("paper", "small", "cpu", "tiny")  # the most meaningful first; any other shown preset after these
@@ -376,6 +377,16 @@ def adapted_details(r: dict) -> str:
             f"{html.escape(str(r['adapted_stability']))}</i>")
 
 
+def claim_link(r: dict, sections, stems: dict[str, Output], owners: dict[str, str], page: str, experiment_page) -> str:
+    "Links to the figure (or table) a fidelity row is about and to the page that makes it, as HTML; '' if none."
+    o = claim_output(claim_reference(str(r["where"]), str(r["paper"])), sections, stems)
+    if o is None:
+        return ""
+    file, made = output_url(o, owners, page, experiment_page)
+    return (f'<a href="{html.escape(file)}">{"figure" if o.kind == "figure" else "table"}</a>'
+            + (f' · <a href="{html.escape(made)}">page</a>' if made else ""))
+
+
 def results_markdown(root: Path, presets: list[str], owners: dict[str, str], experiment_page, page: str = "results.html") -> str:
     "The Results page (MyST): per preset and paper, the claims' verdicts on the committed tables, linked to figures and pages."
     out = ["# Results", "",
@@ -400,15 +411,7 @@ def results_markdown(root: Path, presets: list[str], owners: dict[str, str], exp
                 f"{len(fid)} claims: {counts}. [The {preset} report](report-{preset}.html): every table and figure "
                 f"beside the papers'.", ""]
         for paper, rows in fid.groupby("paper", sort=False):
-            links = []
-            for r in rows.to_dict("records"):
-                o = claim_output(claim_reference(str(r["where"]), paper), sections, stems)
-                if o is None:
-                    links.append("")
-                    continue
-                file, made = output_url(o, owners, page, experiment_page)
-                links.append(f'<a href="{html.escape(file)}">{"figure" if o.kind == "figure" else "table"}</a>'
-                             + (f' · <a href="{html.escape(made)}">page</a>' if made else ""))
+            links = [claim_link(r, sections, stems, owners, page, experiment_page) for r in rows.to_dict("records")]
             out += [f"### {PAPERS.get(paper, paper)} ({preset})", "", verdict_table(rows, links), ""]
             details = "".join(f"<li><b>{html.escape(str(r['where']))}: {html.escape(str(r['claim']))}</b> "
                               f"({html.escape(str(r['verdict']))}). {html.escape(str(r['evidence']))} "
@@ -465,3 +468,44 @@ def gallery_html(root: Path, presets: list[str], owners: dict[str, str], experim
                    f'everything in <a href="{relative_url(f"report-{preset}.html", page)}">its report</a>')
         out.append(f"<details{' open' if k == 0 else ''}><summary>{summary}</summary>\n{body}\n</details>")
     return "\n\n".join(out)
+
+# %% ../../nbs/95d_site_results.ipynb #ca11d039
+HEADLINE_VERDICTS = ("holds", "does not hold", "mixed")  # what a run decided; inconclusive and untestable are not
+PAPER_NAMES = {"Petty": "Petty et al.", "Saunshi": "Saunshi et al.", "Beyond": "Beyond the papers:"}
+
+
+def headline_rows(fid: pd.DataFrame) -> pd.DataFrame:
+    "The claims of a fidelity table that its run decided, by the paper's procedure or by an adapted one."
+    adapted = fid["adapted_verdict"] if "adapted_verdict" in fid else pd.Series("", index=fid.index)
+    return fid[fid.verdict.isin(HEADLINE_VERDICTS) | adapted.isin(HEADLINE_VERDICTS)]
+
+
+def headline_rest(fid: pd.DataFrame) -> str:
+    "How many claims the run did not decide, by verdict (`5 inconclusive, 16 not testable, ...`)."
+    rest = fid.drop(headline_rows(fid).index)
+    return ", ".join(f"{n} {v}" for v, n in rest.verdict.value_counts().items())
+
+
+def headline_html(root: Path, presets: list[str], owners: dict[str, str], experiment_page, page: str = "index.html") -> str:
+    "The home page's headline results: the first shown preset's decided claims (`headline_rows`), linked, and the rest counted."
+    if not presets:
+        return "Nothing reproduced yet: run `make reproduce`, then `make docs`."
+    preset = presets[0]
+    folder = Path(root) / "figures" / preset
+    fid = pd.read_csv(folder / "fidelity.csv", keep_default_na=False)
+    rows, sections = headline_rows(fid), report_sections((folder / "REPORT.md").read_text())
+    stems = {o.stem: o for o in preset_outputs(root, preset)}
+    body = "".join(
+        f"<tr><td><b>{html.escape(PAPER_NAMES.get(r['paper'], r['paper']))} {html.escape(str(r['where']))}</b> "
+        f"{html.escape(str(r['claim']))}</td><td>"
+        f'<span class="depthnb-verdict depthnb-{VERDICT_CLASS.get(r["verdict"], "none")}">{html.escape(str(r["verdict"]))}</span>'
+        f"{adapted_badge(r)}</td><td>{claim_link(r, sections, stems, owners, page, experiment_page)}</td></tr>"
+        for r in rows.to_dict("records"))
+    results, report = relative_url("results.html", page), relative_url(f"report-{preset}.html", page)
+    return (f"<p>What the <code>{preset}</code> run decided: {len(rows)} of its {len(fid)} claims, by the paper's procedure "
+            f"or, where labelled, by an adapted one.</p>\n"
+            f'<div class="depthnb-table-box"><table class="depthnb-verdicts depthnb-headline"><tr><th>claim</th>'
+            f"<th>verdict</th><th>see</th></tr>{body}</table></div>\n"
+            f"<p>The other {len(fid) - len(rows)}: {html.escape(headline_rest(fid))}. Every claim with our numbers beside "
+            f'the paper\'s, its rule and why it is undecided: the <a href="{results}#preset-{preset}">Results page</a>; '
+            f'every table and figure: <a href="{report}">the {preset} report</a>.</p>')
