@@ -169,6 +169,8 @@ details > summary code { font-size: 0.85em; }
 .depthnb-verdicts td { overflow-wrap: break-word; }  /* the table fits its box: no verdict hides past its right edge */
 .depthnb-verdicts .depthnb-verdict { overflow-wrap: normal; }
 .depthnb-stability { font-size: 0.72rem; margin-top: 0.15rem; color: var(--pst-color-text-muted); }
+.depthnb-headline th:nth-child(1) { width: 62%; } .depthnb-headline th:nth-child(2) { width: 24%; }
+.depthnb-headline th:nth-child(3) { width: 14%; }
 .depthnb-more { margin: 0.1rem 0 0; } .depthnb-more > summary { font-size: 0.75rem; color: var(--pst-color-link); }
 .depthnb-verdicts td, .depthnb-verdicts th { padding: 0.2rem 0.4rem; vertical-align: top; border-bottom: 1px solid var(--pst-color-border); }
 .depthnb-verdict { display: inline-block; max-width: 100%; white-space: normal; font-weight: 600; padding: 0 0.3rem; border-radius: 0.2rem; }
