@@ -97,7 +97,7 @@ def test_results_page_and_experiment_pages(site):
     # an experiment page shows the figure its code makes, linked to the full-size image, and its tables with their CSV
     pretrain = (site.site / "experiments" / "petty_pretrain.html").read_text()
     fig = f"../figures/{presets[0]}/petty_fig2_perplexity.png"
-    assert f'<a href="{fig}">' in pretrain and (site.site / fig[3:]).is_file()
+    assert f'<a href="{fig}"' in pretrain and (site.site / fig[3:]).is_file()
     assert f"../figures/{presets[0]}/pretrain_final_ppl.csv" in pretrain
     # every row states the paper's number (or why there is none); evidence is cut only at a sentence, the rest in the row
     assert results.count('<td class="depthnb-paper">') == sum(len(f) for f in fids)

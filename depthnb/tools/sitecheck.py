@@ -229,7 +229,13 @@ _PAGE_PROBE = """async () => {
       clipped.push(`${name(t)} cut at ${box.clientWidth} of ${box.scrollWidth} px` + (scrolls ? ' (its box scrolls without showing it)' : ''));
     });
     const cells = [...main.querySelectorAll('.depthnb-verdicts td')];
-    const text = main.innerText.replace(/\\s+/g, ' ');
+    const shown = [];  // the page's rendered prose: not its code (a caption's source may quote it), not a closed <details>
+    const walk = document.createTreeWalker(main, NodeFilter.SHOW_TEXT);
+    for (let n = walk.nextNode(); n; n = walk.nextNode()) {
+      const el = n.parentElement;
+      if (el && !el.closest('pre, code, script, style, .cell_input, .highlight') && el.offsetParent) shown.push(n.nodeValue);
+    }
+    const text = shown.join(' ').replace(/\\s+/g, ' ');
     return {
       clipped,
       emptyPaper: cells.filter((td) => td.classList.contains('depthnb-paper') && !td.textContent.trim()).length,
