@@ -65,7 +65,7 @@ def _job_label(job: dict) -> str:
 
 # %% ../nbs/05b_jobs.ipynb #3b9d0e42
 def run_missing(fn, jobs: list[dict], done, workers: int = 1, log=print) -> list:
-    "`[fn(**job) for job in jobs]`, the jobs not `done(job)` (their results not stored yet) first, in `workers` processes."
+    "`[fn(**job) for job in jobs]`, the jobs not `done(job)` (results not stored yet) first, in `workers` processes."
     todo = [i for i, job in enumerate(jobs) if not done(job)]
     results = dict(zip(todo, run_parallel(fn, [jobs[i] for i in todo], workers=workers, log=log)))
     return [results[i] if i in results else fn(**job) for i, job in enumerate(jobs)]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ..commands import UsageError
 from .gpu_job import summary
-from .gpu_plan import CHECKOUT, PLAN_DIR, STAGES, budget_table, plan_preset
+from .gpu_plan import PLAN_DIR, STAGES, budget_table, plan_preset
 
 # %% auto #0
 __all__ = ['MACHINE_DIRS', 'REPO_DIRS', 'SCRUBBED', 'scrub_paths', 'scrub_folder', 'merge_results', 'assemble']
@@ -70,11 +70,11 @@ def merge_results(local: Path, returned: Path, checkouts=()) -> int:
     return len(new)
 
 # %% ../../nbs/92c_gpu_assemble.ipynb #48ed8712
-def assemble(folders, figures_dir: Path | str, results: Path | str, plan_file: Path | str | None = None,
-             report: bool = True, root: Path = CHECKOUT) -> int:
-    """The results folders of `run` (first job first) into `figures_dir/<preset>/` (benchmark outputs and logs in its
-    `gpu_plan/`, with PLAN_STATUS.md), their benchmark records appended to `results`, machine paths scrubbed; with
-    `report`, REPORT.md built from the returned tables."""
+def assemble(root: Path, folders, figures_dir: Path | str, results: Path | str, plan_file: Path | str | None = None,
+             report: bool = True) -> int:
+    """In the checkout `root`, the results folders of `run` (first job first) into `figures_dir/<preset>/` (benchmark
+    outputs and logs in its `gpu_plan/`, with PLAN_STATUS.md), their benchmark records appended to `results`, machine
+    paths scrubbed; with `report`, REPORT.md built from the returned tables."""
     states = []
     figures_root = Path(figures_dir)
     plan = json.loads(Path(plan_file or root / PLAN_DIR / "plan.json").read_text())

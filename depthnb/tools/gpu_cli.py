@@ -36,9 +36,10 @@ job, on the same checkout until every stage is done. benchmarks/README.md ("The 
 """
 
 # %% ../../nbs/92e_gpu_cli.ipynb #ba9701e5
-def main(argv: list[str] | None = None, root: Path = CHECKOUT) -> int:
-    "`benchmarks/gpu_plan.py COMMAND ...` in the checkout `root`: 0 done, 2 a usage error, 1 any other."
+def main(argv: list[str] | None = None, root: Path | None = None) -> int:
+    "`benchmarks/gpu_plan.py COMMAND ...` in the checkout `root` (default CHECKOUT): 0 done, 2 a usage error, else 1."
     argv = sys.argv[1:] if argv is None else argv
+    root = CHECKOUT if root is None else Path(root)
     commands = {"budget": _budget_parser, "prepare": _prepare_parser, "run": _run_parser,
                 "assemble": _assemble_parser, "rehearse": _rehearse_parser}
     if not argv or argv[0] not in commands:
@@ -117,7 +118,7 @@ def _run_parser(root: Path):
                     help="rehearsal: stop STAGE at its first checkpoint, as if the job's time ran out there")
 
     def command(args) -> int:
-        return run_job(args.deadline, args.out, args.cut, args.max_file_mib, root)
+        return run_job(root, args.deadline, args.out, args.cut, args.max_file_mib)
     return ap, command
 
 
@@ -131,7 +132,7 @@ def _assemble_parser(root: Path):
     ap.add_argument("--no-report", dest="report", action="store_false", help="do not rebuild REPORT.md here")
 
     def command(args) -> int:
-        return assemble(args.folders, args.figures_dir, args.results, args.plan, args.report, root)
+        return assemble(root, args.folders, args.figures_dir, args.results, args.plan, args.report)
     return ap, command
 
 
@@ -144,5 +145,5 @@ def _rehearse_parser(root: Path):
                     help=f"seconds of each simulated job (default {REHEARSAL_DEADLINE})")
 
     def command(args) -> int:
-        return rehearse(args.work, args.deadline, root)
+        return rehearse(root, args.work, args.deadline)
     return ap, command

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from ..commands import UsageError
-from .gpu_plan import (BENCH_SECONDS, CHECKOUT, DEADLINE, FIRST_JOB, MIN_SCIENCE_SECONDS, OVERRUN_SECONDS,
+from .gpu_plan import (BENCH_SECONDS, DEADLINE, FIRST_JOB, MIN_SCIENCE_SECONDS, OVERRUN_SECONDS,
                                     PLAN_DIR, RESERVE_SECONDS, RESULTS_DIR, SETUP_SECONDS, SITE_DIR, STAGE_BY_NAME,
                                     STAGE_NAMES, STAGES, STATE_DIR, Stage, plan_preset, stage_seconds)
 
@@ -27,10 +27,10 @@ __all__ = ['RESULT_FILE_MIB', 'RESULT_FILES', 'MAX_FAILURES', 'MARKER', 'use_car
            'wait_pruning', 'prune_checkpoints', 'marked_pids', 'kill_marked', 'summary', 'run_job']
 
 # %% ../../nbs/92b_gpu_job.ipynb #133f91c9
-def use_carried_wheels(root: Path = CHECKOUT) -> Path | None:
-    """Install the wheels carried in .gpu/whl (what depthnb needs that the GPU image lacks: fastcore, papermill, ...)
-    into runs/gpu-plan/site, once per checkout, and put that folder first on sys.path and on PYTHONPATH, which every
-    stage inherits. Returns the folder, or None where no wheels were carried."""
+def use_carried_wheels(root: Path) -> Path | None:
+    """Install the wheels carried in the checkout `root`'s .gpu/whl (what depthnb needs that the GPU image lacks:
+    fastcore, papermill, ...) into runs/gpu-plan/site, once per checkout, and put that folder first on sys.path and on
+    PYTHONPATH, which every stage inherits. Returns the folder, or None where no wheels were carried."""
     wheels = sorted((root / PLAN_DIR / "whl").glob("*.whl"))
     if not wheels:
         return None
@@ -314,8 +314,8 @@ def summary(state: dict, plan: dict) -> str:
     return f"GPU plan, preset {plan['preset']}, after job {state['jobs']}\n\n" + "\n".join(rows) + "\n"
 
 
-def run_job(deadline: float = DEADLINE, out: Path | str = RESULTS_DIR, cut=(), max_file_mib: float = RESULT_FILE_MIB,
-            root: Path = CHECKOUT) -> int:
+def run_job(root: Path, deadline: float = DEADLINE, out: Path | str = RESULTS_DIR, cut=(),
+            max_file_mib: float = RESULT_FILE_MIB) -> int:
     """One GPU job in the checkout `root` (its `.gpu/` carried): setup, the planned stages until `deadline` seconds are
     spent, the results folder `out` (relative: in the checkout) packed after every stage; `cut`: stages the rehearsal
     stops at their first checkpoint."""

@@ -34,15 +34,16 @@ __all__ = ['BENCH_REQUIREMENTS', 'GPU_MARKERS', 'GPU_IMAGE', 'NOT_NEEDED', 'CARR
 BENCH_REQUIREMENTS = ("fastcore",)
 
 
-def wheel_names(stages=STAGE_NAMES, image_packages: str | None = None, root: Path = CHECKOUT) -> list[str]:
+def wheel_names(stages=STAGE_NAMES, image_packages: str | None = None, root: Path | None = None) -> list[str]:
     """Distributions the planned stages need on the GPU that its image lacks (`image_packages`: names separated by
-    white space, `name==version` allowed; default GPU_IMAGE), with their requirements, as installed here."""
+    white space, `name==version` allowed; default GPU_IMAGE), with their requirements, as installed here (`root`: the
+    checkout whose settings.ini names depthnb's requirements; default CHECKOUT)."""
     image = set(_norm(n.split("==")[0]) for n in (GPU_IMAGE if image_packages is None else image_packages).split())
     if all(STAGE_BY_NAME[n].kind == "bench" for n in stages):
         todo = list(BENCH_REQUIREMENTS)
     else:
         cfg = configparser.ConfigParser(delimiters=["="])
-        cfg.read(root / "settings.ini")
+        cfg.read((CHECKOUT if root is None else root) / "settings.ini")
         todo = [Requirement(r).name for r in cfg["DEFAULT"]["requirements"].split()]
     seen, out = set(), []
     while todo:
@@ -113,7 +114,7 @@ TASK_DATASETS = ("cogs", "cogs_vf", "geoquery", "passivization")  # registry dat
 DOWNSTREAM_DATASETS = ("gsm8k", "svamp", "asdiv", "mawps", "nq_open", "webquestions")
 
 
-def cache_files(preset, stages=STAGE_NAMES, root: Path = CHECKOUT) -> list[Path]:
+def cache_files(preset, stages=STAGE_NAMES, root: Path | None = None) -> list[Path]:
     """The data-cache files the planned stages read: the preset's tokenizer, packed tokens and task files (science),
     COGS gen (bench-cogs), the CUDA tests' tokenizer and training tokens (cuda-tests)."""
     files = []
@@ -133,10 +134,11 @@ def cache_files(preset, stages=STAGE_NAMES, root: Path = CHECKOUT) -> list[Path]
     return list(dict.fromkeys(files))
 
 
-def cuda_test_files(root: Path = CHECKOUT) -> list[Path]:
+def cuda_test_files(root: Path | None = None) -> list[Path]:
     """What the CUDA tests read from the cache (tests/_train_common.CUDA_TEST_DATA: a tokenizer and 400 packed
-    documents, 0.2 MB compressed); a GPU job need not reach the network to fetch the raw corpus they are made from."""
-    sys.path.insert(0, str(root / "tests"))
+    documents, 0.2 MB compressed); a GPU job need not reach the network to fetch the raw corpus they are made from.
+    (`root`: the checkout whose tests/ defines them; default CHECKOUT.)"""
+    sys.path.insert(0, str((CHECKOUT if root is None else root) / "tests"))
     from _train_common import CUDA_TEST_DATA, N_CTX
 
     data = prepare_pretraining(CUDA_TEST_DATA, N_CTX, progress=False, log=print)
@@ -176,11 +178,11 @@ def folder_bytes(folder: Path) -> int:
 def prepare(preset: str, overrides: dict[str, str], stages: tuple[str, ...], dest: Path, *,
             bench_flags: dict | None = None, overrun_factor: float = 1.0, xz: int = 6, wheels: bool = True,
             image_packages: str | None = None, carry_limit_mib: float = CARRY_MIB, deadline: float = DEADLINE,
-            root: Path = CHECKOUT) -> int:
-    """Build the carried folder `dest` (replaced) for the plan of `stages` at `preset` with its `--set` `overrides`: the
-    data archive, the wheels of what the stages import beyond the GPU image (`image_packages`: its package names;
-    default GPU_IMAGE), `plan.json`; then print the budget and the job command. 1 where the checkout and the folder
-    together exceed `carry_limit_mib`."""
+            root: Path) -> int:
+    """In the checkout `root`, build the carried folder `dest` (replaced) for the plan of `stages` at `preset` with its
+    `--set` `overrides`: the data archive, the wheels of what the stages import beyond the GPU image (`image_packages`:
+    its package names; default GPU_IMAGE), `plan.json`; then print the budget and the job command. 1 where the checkout
+    and the folder together exceed `carry_limit_mib`."""
     plan = dict(preset=preset, overrides=overrides, bench_flags=PLAN_BENCH_FLAGS if bench_flags is None else bench_flags,
                 overrun_factor=overrun_factor, stages=list(stages), created=time.strftime("%Y-%m-%dT%H:%M:%S"))
     plan_cfg = plan_preset(plan)

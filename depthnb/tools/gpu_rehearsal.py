@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ..sources import cache_dir, default_mirror
 from .gpu_job import MARKER
-from .gpu_plan import ATTENTION_CHECKS, CHECKOUT, DEADLINE, PLAN_DIR, SITE_DIR, STATE_DIR
+from .gpu_plan import ATTENTION_CHECKS, DEADLINE, PLAN_DIR, SITE_DIR, STATE_DIR
 from .gpu_prepare import travelling_files
 
 # %% auto #0
@@ -105,9 +105,9 @@ def image_without(names: list[str], allowed: Path, folder: Path) -> Path:
     return folder
 
 # %% ../../nbs/92d_gpu_rehearsal.ipynb #8cdb2b54
-def rehearse(work: Path | str, deadline: float = REHEARSAL_DEADLINE, root: Path = CHECKOUT) -> int:
-    """Prepare here, then three simulated jobs in a copy of the tree (the first: the attention stages alone, as a
-    fresh checkout's first job; the second cut mid-pretraining; the third resumes), then assemble."""
+def rehearse(root: Path, work: Path | str, deadline: float = REHEARSAL_DEADLINE) -> int:
+    """Prepare here, then three simulated jobs in a copy of the checkout `root` (the first: the attention stages alone,
+    as a fresh checkout's first job; the second cut mid-pretraining; the third resumes), then assemble."""
     work = Path(work).resolve()
     if work.exists():
         shutil.rmtree(work)
