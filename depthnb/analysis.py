@@ -24,8 +24,8 @@ __all__ = ['FFN_WEIGHTS', 'PROJECTION', 'WEIGHT_TYPES', 'singular_spectrum', 'cu
            'effective_rank', 'marchenko_pastur_spectrum', 'ffn_spectra', 'ffn_rank_profile', 'ffn_rank_curves',
            'rank_summary', 'rank_profiles', 'summarize_seeds', 'relative_perplexity', 'accuracy_by_depth', 'table3',
            'value_at_steps', 'select_first_reaching', 'equal_ppl_snapshots', 'equal_ppl_sweep', 'runs_table',
-           'collect_metrics', 'read_eval', 'common_loss_threshold', 'equal_loss_selection', 'layer_similarity',
-           'layer_update_similarity', 'isoplot_frame']
+           'collect_metrics', 'read_eval', 'common_loss_threshold', 'equal_loss_selection', 'loss_halfwidth',
+           'examples_needed', 'layer_similarity', 'layer_update_similarity', 'isoplot_frame']
 
 # %% ../nbs/08_analysis.ipynb #6c56aaa3
 def singular_spectrum(W: torch.Tensor) -> torch.Tensor:
@@ -423,6 +423,32 @@ def equal_loss_selection(loss: pd.DataFrame, candidates: pd.DataFrame, threshold
         rows.append(dict(**key, threshold=threshold, **res,
                          accuracy=hit.accuracy.mean() if len(hit) and "accuracy" in hit else np.nan))
     return pd.DataFrame(rows).drop(columns=["path"])
+
+# %% ../nbs/08_analysis.ipynb #6b5ba9c3
+def loss_halfwidth(sums: np.ndarray, counts: np.ndarray, other: np.ndarray | None = None, level: float = 0.95) -> float:
+    """Half-width of the `level` t-interval of a set's mean loss per token (per example: summed loss `sums` over
+    `counts` tokens) relative to that mean: the ratio estimator's sampling error over examples. With `other` (the same
+    examples' summed losses under a second model), that of the difference of the two means, relative to their average."""
+    sums, counts = np.asarray(sums, float), np.asarray(counts, float)
+    n = len(sums)
+    if n < 2 or counts.sum() <= 0:
+        raise ValueError(f"loss_halfwidth needs at least 2 examples with tokens, got {n}")
+    mean = sums.sum() / counts.sum()
+    resid = sums - mean * counts
+    if other is not None:
+        other = np.asarray(other, float)
+        other_mean = other.sum() / counts.sum()
+        resid, mean = resid - (other - other_mean * counts), (mean + other_mean) / 2
+    se = np.sqrt(np.var(resid, ddof=1) / n) / counts.mean()
+    return float(stats.t.ppf((1 + level) / 2, n - 1) * se / mean)
+
+
+def examples_needed(sums: np.ndarray, counts: np.ndarray, halfwidth: float, other: np.ndarray | None = None,
+                    level: float = 0.95) -> int:
+    "Examples a set needs for `loss_halfwidth` to reach `halfwidth`, at the per-example spread of (sums, counts[, other])."
+    n = len(sums)
+    spread = loss_halfwidth(sums, counts, other, level) * np.sqrt(n) / stats.t.ppf((1 + level) / 2, n - 1)
+    return int(np.ceil((stats.norm.ppf((1 + level) / 2) * spread / halfwidth) ** 2))
 
 # %% ../nbs/08_analysis.ipynb #3a7466b5
 WEIGHT_TYPES = ("attn.q", "attn.k", "attn.v", "attn.o", "ffn.wi_0", "ffn.wi_1", "ffn.wo")

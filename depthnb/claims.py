@@ -17,7 +17,7 @@ from .downstream_tables import DOWNSTREAM_CLAIMS
 from .paper import (TABLE1_PAPER, TABLE7_PAPER, TASK_NAMES, petty_table3_paper, table1_schedules,
                            table1_val_loss, table6_paper)
 from .seeds import DECIDED, FLOOR, UNTESTED, combine, pct, robustness
-from .claims_petty import (EQUAL_LOSS_TOLERANCE, EQUAL_PPL_TOLERANCE, LATENCY_CURVE_MARGIN, LATENCY_MAX_SPREAD,
+from .claims_petty import (EQUAL_LOSS_MAX_HALFWIDTH, EQUAL_LOSS_TOLERANCE, EQUAL_PPL_TOLERANCE, LATENCY_CURVE_MARGIN, LATENCY_MAX_SPREAD,
                                   LATENCY_MIN_DEPTHS, LATENCY_MIN_ROUNDS, NoTypes, claim_depth_generalizes,
                                   claim_depth_lowers_ppl, claim_diminishing_returns, claim_equal_loss, claim_equal_loss_paper,
                                   claim_equal_ppl, claim_equal_ppl_paper,
@@ -220,16 +220,20 @@ CLAIMS = [
                      "checkpoint that reaches it. That stops the shallow models early in pretraining, a bias towards "
                      "'holds' (the evidence gives the steps).")),
     Claim("Petty", "Fig. 7", "At equal in-distribution loss, deeper models still generalize better",
-          "Petty §3.3, Fig. 7b, the rule declared before the data: each model at its first checkpoint at or below the "
-          f"common in-distribution loss, within {EQUAL_LOSS_TOLERANCE:.0%} of it, else not testable; then " + CONTRAST,
+          "Petty §3.3, Fig. 7b, the rule declared before the data: the in-distribution loss on in-distribution examples "
+          "the model does not train on (dev, else a held-out slice of train sized by experiments/petty_heldout_sizing), "
+          "evaluated at every step around each run's crossing; each model at its first checkpoint at or below the "
+          f"common in-distribution loss (the lowest every run reaches), within {EQUAL_LOSS_TOLERANCE:.0%} of it, with "
+          f"the set resolving two picks' losses to {EQUAL_LOSS_MAX_HALFWIDTH:.0%} (95% half-width of the difference), "
+          "else not testable; then " + CONTRAST,
           lambda t: claim_equal_loss_paper(t("petty_fig7_snapshots_*"), t("petty_fig7_selection_*"), t.control_task),
           Adaptation(f"the first checkpoint within {EQUAL_LOSS_TOLERANCE:.0%} of the threshold (above or below), the "
                      "stretch before a far crossing retrained and evaluated every step; then " + CONTRAST,
                      lambda t: claim_equal_loss(t("petty_fig7_selection_*"), t.control_task),
-                     "The declared rule left picks beyond its tolerance: the in-distribution loss, measured on training "
-                     "examples, jumps by up to half in one optimizer step. After that was seen, the pick became the first "
-                     "checkpoint within the tolerance, with refined stretches. Chosen after the data; the declared "
-                     "rule's verdict is the headline.")),
+                     "The declared rule left picks beyond its tolerance when the in-distribution loss was measured on "
+                     "training examples, which jumps by up to half in one optimizer step. After that was seen, the pick "
+                     "became the first checkpoint within the tolerance, with refined stretches. Chosen after the data; "
+                     "the declared rule's verdict is the headline.")),
     Claim("Petty", "Fig. 8", "Training latency is linear in depth at equal parameters",
           f"seconds per step = a + b L + c L^2 over >= {LATENCY_MIN_DEPTHS} depths x >= {LATENCY_MIN_ROUNDS} timing "
           f"rounds; holds if b's 95% interval is above 0 and c's lies within a bow of {LATENCY_CURVE_MARGIN:.0%} of the "

@@ -19,18 +19,19 @@ from .seeds import (FLOOR, LEVEL, Interval, at_floor, by_seed, combine, depth_co
                            interval_verdict, latency_fit, pct, permutation_tail, spearman, t_interval)
 
 # %% auto #0
-__all__ = ['PAPER_CLASS', 'NEAR_BEST', 'SATURATING_TASKS', 'EQUAL_PPL_TOLERANCE', 'EQUAL_LOSS_TOLERANCE', 'LATENCY_MIN_DEPTHS',
-           'LATENCY_MIN_ROUNDS', 'LATENCY_MAX_SPREAD', 'LATENCY_CURVE_MARGIN', 'paper_class_table', 'paper_accuracy',
-           'paper_contrast', 'paper_trend', 'paper_log_ppl', 'log_ppl_by_seed', 'first_gain', 'claim_depth_lowers_ppl',
-           'diminishing', 'paper_diminishing', 'claim_diminishing_returns', 'claim_narrow_degrades', 'by_size',
-           'one_size_class', 'paper_ff_ratios', 'leftmost_near_best', 'size_classes', 'best_depth_by_seed',
-           'leftmost_by_seed', 'largest_minus_smallest', 'few_seeds', 'claim_optimal_depth_grows',
-           'claim_wide_ratios_tolerated', 'depth_effect', 'describe_depth_effect', 'claim_depth_generalizes',
-           'middle_depth', 'bend', 'claim_saturation', 'saturation_depth', 'claim_vf_saturates_sooner',
-           'generalization_types', 'NoTypes', 'type_table', 'claim_lexical_not_structural',
-           'claim_structural_near_zero', 'control_effect', 'claim_equal_ppl', 'claim_equal_ppl_paper', 'pick_steps',
-           'threshold_text', 'depth_gaps', 'claim_equal_loss', 'declared_picks', 'claim_equal_loss_paper',
-           'latency_curvature', 'claim_latency_linear', 'claim_rank_deficient']
+__all__ = ['PAPER_CLASS', 'NEAR_BEST', 'SATURATING_TASKS', 'EQUAL_PPL_TOLERANCE', 'EQUAL_LOSS_TOLERANCE',
+           'EQUAL_LOSS_MAX_HALFWIDTH', 'LATENCY_MIN_DEPTHS', 'LATENCY_MIN_ROUNDS', 'LATENCY_MAX_SPREAD',
+           'LATENCY_CURVE_MARGIN', 'paper_class_table', 'paper_accuracy', 'paper_contrast', 'paper_trend',
+           'paper_log_ppl', 'log_ppl_by_seed', 'first_gain', 'claim_depth_lowers_ppl', 'diminishing',
+           'paper_diminishing', 'claim_diminishing_returns', 'claim_narrow_degrades', 'by_size', 'one_size_class',
+           'paper_ff_ratios', 'leftmost_near_best', 'size_classes', 'best_depth_by_seed', 'leftmost_by_seed',
+           'largest_minus_smallest', 'few_seeds', 'claim_optimal_depth_grows', 'claim_wide_ratios_tolerated',
+           'depth_effect', 'describe_depth_effect', 'claim_depth_generalizes', 'middle_depth', 'bend',
+           'claim_saturation', 'saturation_depth', 'claim_vf_saturates_sooner', 'generalization_types', 'NoTypes',
+           'type_table', 'claim_lexical_not_structural', 'claim_structural_near_zero', 'control_effect',
+           'claim_equal_ppl', 'claim_equal_ppl_paper', 'pick_steps', 'threshold_text', 'depth_gaps', 'claim_equal_loss',
+           'declared_picks', 'claim_equal_loss_paper', 'latency_curvature', 'claim_latency_linear',
+           'claim_rank_deficient']
 
 # %% ../nbs/08c_claims_petty.ipynb #87c297bf
 PAPER_CLASS = "41M"  # Petty Table 3's class whose numbers are the effect sizes
@@ -425,6 +426,9 @@ def claim_structural_near_zero(types: pd.DataFrame) -> tuple[str, str]:
 # %% ../nbs/08c_claims_petty.ipynb #90549805
 EQUAL_PPL_TOLERANCE = 0.01  # |PPL / target - 1| of a matched pretraining snapshot
 EQUAL_LOSS_TOLERANCE = 0.10  # |loss / threshold - 1| of a matched fine-tuning snapshot
+# the in-distribution set must tell two matched models' losses apart well inside the tolerance: the 95% half-width of
+# the difference of their means (analysis.loss_halfwidth) at most half of it
+EQUAL_LOSS_MAX_HALFWIDTH = EQUAL_LOSS_TOLERANCE / 2
 
 
 def control_effect(rows: pd.DataFrame, task: str, label: str) -> tuple[str, str]:
@@ -524,8 +528,9 @@ def claim_equal_loss(sel: pd.DataFrame, task: str) -> tuple[str, str]:
         label = f"{name}, at equal in-distribution loss on {TASK_NAMES.get(task, task)}"
         gap = g.loss / g.threshold - 1
         thresholds = threshold_text(g)
-        refined = (f"; {int(g.refined.astype(str).str.lower().eq('true').sum())} of {len(g)} picks refined (a "
-                   "retrained stretch evaluated densely)") if "refined" in g else ""
+        col = next((c for c in ("dense", "refined") if c in g), None)
+        refined = (f"; {int(g[col].astype(str).str.lower().eq('true').sum())} of {len(g)} picks in a retrained "
+                   "stretch evaluated densely") if col else ""
         gaps = (f"matched losses {g.loss.min():.4f} to {g.loss.max():.4f} for {thresholds} "
                 f"({100 * gap.min():+.0f}% to {100 * gap.max():+.0f}%; mean per depth {depth_gaps(g, gap)}; "
                 f"{int((g.step == g.step.max()).sum())} of "
@@ -541,12 +546,14 @@ def claim_equal_loss(sel: pd.DataFrame, task: str) -> tuple[str, str]:
 
 
 def declared_picks(snapshots: pd.DataFrame, sel: pd.DataFrame) -> pd.DataFrame:
-    """The declared rule's picks: per run, the first snapshot (refined stretches left out: they were added after the
-    declared rule was seen to fail) whose in-distribution loss is at or below the run's threshold (from `sel`)."""
+    """The declared rule's picks: per run, the first snapshot whose in-distribution loss is at or below the run's
+    threshold (from `sel`). Snapshots of stretches evaluated densely as part of the procedure (`dense`) count; those
+    refined after the declared rule was seen to fail (`refined`, in tables made before the procedure had them) do not."""
     thr = sel.drop_duplicates(["n_layers", "seed"]).set_index(["n_layers", "seed"]).threshold
     s = snapshots[~snapshots.refined.astype(str).str.lower().eq("true")] if "refined" in snapshots else snapshots
     s = s.dropna(subset=["loss"]).assign(threshold=lambda x: thr.reindex(list(zip(x.n_layers, x.seed))).to_numpy())
-    below = s[s.loss <= s.threshold].sort_values("step").groupby(["n_layers", "seed"], as_index=False).first()
+    below = s[s.loss <= s.threshold].sort_values("step").drop_duplicates(["n_layers", "seed"])  # whole rows: not
+    # groupby.first, which takes each column's first non-missing value and so lends a later row's accuracy
     runs = thr.reset_index()[["n_layers", "seed"]]
     return runs.merge(below, on=["n_layers", "seed"], how="left")
 
@@ -554,7 +561,9 @@ def declared_picks(snapshots: pd.DataFrame, sel: pd.DataFrame) -> pd.DataFrame:
 def claim_equal_loss_paper(snapshots: pd.DataFrame, sel: pd.DataFrame, task: str) -> tuple[str, str]:
     """Petty's control as published (§3.3, Fig. 7b) under the rule declared here before the data: each model's
     generalization accuracy at its first checkpoint at or below the common in-distribution loss; not testable where a
-    pick misses the threshold by more than EQUAL_LOSS_TOLERANCE (or a run never reaches it, or a pick is not scored)."""
+    pick misses the threshold by more than EQUAL_LOSS_TOLERANCE (or a run never reaches it), where the in-distribution
+    set cannot resolve two picks' losses to EQUAL_LOSS_MAX_HALFWIDTH (`paired_halfwidth` of the snapshots table,
+    against the shallowest depth's pick of the seed; missing: not measured), or where a pick is not scored."""
     parts, verdicts = [], []
     for name, g in sel.groupby("size_class"):
         label = f"{name}, at equal in-distribution loss on {TASK_NAMES.get(task, task)}"
@@ -571,6 +580,15 @@ def claim_equal_loss_paper(snapshots: pd.DataFrame, sel: pd.DataFrame, task: str
                          + (f", {len(never)} runs never at or below it" if len(never) else "")
                          + ": the snapshots are too sparse for the loss's step-to-step jumps")
             continue
+        wide = picks.paired_halfwidth.max() if "paired_halfwidth" in picks else np.nan
+        if not wide <= EQUAL_LOSS_MAX_HALFWIDTH:
+            verdicts.append("not testable")
+            parts.append(f"{label}: {head}: " + (
+                "the in-distribution loss was measured on training examples, and how well its set resolves two "
+                "models' losses was not measured" if np.isnan(wide) else
+                f"the in-distribution set resolves two matched models' losses only to {100 * wide:.0f}% (95% "
+                f"half-width of the difference, worst pick), beyond the declared {EQUAL_LOSS_MAX_HALFWIDTH:.0%}"))
+            continue
         if picks.accuracy.isna().any():
             verdicts.append("not testable")
             parts.append(f"{label}: {head}: every pick within the tolerance, but {int(picks.accuracy.isna().sum())} of "
@@ -579,7 +597,7 @@ def claim_equal_loss_paper(snapshots: pd.DataFrame, sel: pd.DataFrame, task: str
         text, verdict = control_effect(picks.assign(size_class=name), task, label)
         verdicts.append(verdict)
         parts.append(f"{text} ({head}; picks {100 * gap.min():+.0f}% to {100 * gap.max():+.0f}% from it; mean per depth "
-                     f"{depth_gaps(picks, gap)})")
+                     f"{depth_gaps(picks, gap)}; the set resolves two picks' losses to {100 * wide:.1f}% at worst)")
     return "; ".join(parts) + ". Paper (COGS, loss 0.0002): deeper models still generalize better.", combine(verdicts)
 
 # %% ../nbs/08c_claims_petty.ipynb #14be8d6a

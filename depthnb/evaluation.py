@@ -11,6 +11,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -25,8 +26,8 @@ from .runs import atomic_write, is_done, load_model, read_config
 
 # %% auto #0
 __all__ = ['TASK_RECORD', 'encode_example', 'lm_pair', 'collate', 'greedy_decode', 'normalize', 'exact_match', 'token_batches',
-           'target_loss', 'fixed_subset', 'evaluate', 'run_tokenizer', 'in_distribution_split', 'generalization_split',
-           'cached_task', 'task_info', 'record_task', 'run_task', 'evaluate_run']
+           'example_losses', 'target_loss', 'fixed_subset', 'evaluate', 'run_tokenizer', 'in_distribution_split',
+           'generalization_split', 'cached_task', 'task_info', 'record_task', 'run_task', 'evaluate_run']
 
 # %% ../nbs/07_evaluation.ipynb #e96f4856
 def encode_example(tokenizer, source: str, target: str) -> tuple[list[int], int]:
@@ -88,23 +89,30 @@ def token_batches(lengths: list[int], batch_size: int, max_tokens: int) -> list[
 
 
 @torch.no_grad()
-def target_loss(model: DecoderLM, tokenizer, sources: list[str], targets: list[str], *, batch_size: int = 64,
-                max_tokens: int = 32768, device=None, bf16: bool = True) -> float:
-    "Mean cross-entropy per target token (and EOS) of `targets` given `sources`."
+def example_losses(model: DecoderLM, tokenizer, sources: list[str], targets: list[str], *, batch_size: int = 64,
+                   max_tokens: int = 32768, device=None, bf16: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    "Per example: the summed cross-entropy of its target tokens (and EOS) given its source, and how many they are."
     device = torch.device(device) if device is not None else next(model.parameters()).device
     was_training = model.training
     model.eval()
     pairs = [lm_pair(*encode_example(tokenizer, s, t)) for s, t in zip(sources, targets)]
-    total, count = 0.0, 0
+    sums, counts = np.zeros(len(pairs)), np.zeros(len(pairs), dtype=np.int64)
     for batch in token_batches([len(x) for x, _ in pairs], batch_size, max_tokens):
         x, y = collate([pairs[i] for i in batch], tokenizer.pad_id)
         x, y = x.to(device), y.to(device)
         with autocast(device, bf16):
             logits, _ = model(x)
-        total += F.cross_entropy(logits.float().flatten(0, 1), y.flatten(), ignore_index=-100, reduction="sum").item()
-        count += int((y != -100).sum())
+        nll = F.cross_entropy(logits.float().transpose(1, 2), y, ignore_index=-100, reduction="none")
+        sums[batch] = nll.sum(1).cpu().numpy()
+        counts[batch] = (y != -100).sum(1).cpu().numpy()
     model.train(was_training)
-    return total / max(count, 1)
+    return sums, counts
+
+
+def target_loss(model: DecoderLM, tokenizer, sources: list[str], targets: list[str], **kwargs) -> float:
+    "Mean cross-entropy per target token (and EOS) of `targets` given `sources` (`example_losses`' keywords)."
+    sums, counts = example_losses(model, tokenizer, sources, targets, **kwargs)
+    return float(sums.sum() / max(counts.sum(), 1))
 
 # %% ../nbs/07_evaluation.ipynb #605c207c
 def fixed_subset(split, n: int):

@@ -58,6 +58,8 @@ EXPERIMENTS: list[Experiment] = [
                 "petty_latency", "petty_rank", "midas_primitives", "midas_cogs", "midas_downstream")),
     Experiment("cpu_sizing", "Sizing the cpu preset: throughput eager vs compiled, learning curves per width and task",
                optional=True),
+    Experiment("petty_heldout_sizing", "Sizing the held-out in-distribution set of the equal-loss control (GeoQuery)",
+               optional=True),
 ]
 
 # %% ../nbs/10a_reproduce.ipynb #243d3736

@@ -522,11 +522,13 @@ def test_equal_ppl_checks_the_references_against_their_target():
     assert verdict == "not testable" and "references +2.4% to +2.4% from it" in evidence
 
 
-def test_equal_loss_counts_the_refined_picks():
+def test_equal_loss_counts_the_densely_evaluated_picks():
     effect = accuracy_table(lambda d: 0.2 + 0.1 * d, noise=0.02)
-    tight = effect.assign(threshold=0.02, loss=0.0195, step=800, refined=effect.n_layers > 2)
-    evidence, verdict = claim_equal_loss(tight, "geoquery")
-    assert verdict == "holds" and f"{int((effect.n_layers > 2).sum())} of {len(effect)} picks refined" in evidence
+    n = int((effect.n_layers > 2).sum())
+    for column in ("dense", "refined"):  # this procedure's tables, and those made before it
+        tight = effect.assign(threshold=0.02, loss=0.0195, step=800, **{column: effect.n_layers > 2})
+        evidence, verdict = claim_equal_loss(tight, "geoquery")
+        assert verdict == "holds" and f"{n} of {len(effect)} picks in a retrained stretch" in evidence, evidence
 
 
 def valid_loss_table(gap, seeds=8, sd=0.01, rng=None) -> pd.DataFrame:
@@ -841,18 +843,23 @@ def test_equal_ppl_paper_each_verdict():
     assert rate(null) <= RATE_BOUND
 
 
-def fig7_tables(acc: pd.DataFrame, loss_at_pick) -> tuple[pd.DataFrame, pd.DataFrame]:
+def fig7_tables(acc: pd.DataFrame, loss_at_pick, halfwidth: float | None = 0.02) -> tuple[pd.DataFrame, pd.DataFrame]:
     """petty_fig7_snapshots- and _selection-like tables: every run evaluated at steps 100..800 with its loss falling
-    through the threshold 0.02 at step 500, where its loss is `loss_at_pick(depth)` and its accuracy is scored."""
+    through the threshold 0.02 at step 500, where its loss is `loss_at_pick(depth)`, its accuracy is scored and (but
+    for the shallowest depth, the reference) the set resolves its loss to `halfwidth` (None: a table without it)."""
     snaps, sel = [], []
+    shallowest = acc.n_layers.min()
     for r in acc.itertuples():
         for step in range(100, 900, 100):
             loss = 0.05 if step < 500 else loss_at_pick(r.n_layers) if step == 500 else 0.01
-            snaps.append(dict(n_layers=r.n_layers, seed=r.seed, step=step, refined=False, loss=loss,
-                              accuracy=r.accuracy if step == 500 else np.nan, n=100))
+            pick = step == 500 and r.n_layers != shallowest
+            snaps.append(dict(n_layers=r.n_layers, seed=r.seed, step=step, dense=False, loss=loss,
+                              accuracy=r.accuracy if step == 500 else np.nan, n=100,
+                              paired_halfwidth=halfwidth if pick and halfwidth is not None else np.nan))
         sel.append(dict(size_class="c", n_layers=r.n_layers, seed=r.seed, threshold=0.02, step=500, loss=loss_at_pick(r.n_layers),
-                        accuracy=r.accuracy, refined=False))
-    return pd.DataFrame(snaps).assign(size_class="c"), pd.DataFrame(sel)
+                        accuracy=r.accuracy, dense=False))
+    snaps = pd.DataFrame(snaps).assign(size_class="c")
+    return (snaps.drop(columns="paired_halfwidth") if halfwidth is None else snaps), pd.DataFrame(sel)
 
 
 def test_equal_loss_paper_each_verdict():
@@ -869,9 +876,19 @@ def test_equal_loss_paper_each_verdict():
     snaps, sel = fig7_tables(effect, lambda d: 0.0195)
     snaps.loc[snaps.step == 500, "accuracy"] = np.nan  # matched, but never scored
     assert claim_equal_loss_paper(snaps, sel, "geoquery")[1] == "not testable"
-    snaps, sel = fig7_tables(effect, lambda d: 0.0195)  # a refined snapshot is not the declared rule's
-    snaps = pd.concat([snaps, snaps[snaps.step == 500].assign(step=450, refined=True, loss=0.019)], ignore_index=True)
+    snaps, sel = fig7_tables(effect, lambda d: 0.0195)  # a refined snapshot (an older table's) is not the declared rule's
+    snaps = pd.concat([snaps.assign(refined=False), snaps[snaps.step == 500].assign(step=450, refined=True, loss=0.019)],
+                      ignore_index=True)
     assert claim_equal_loss_paper(snaps, sel, "geoquery")[1] == "holds"
+    snaps, sel = fig7_tables(effect, lambda d: 0.0195)  # a dense stretch's snapshot is: its pick at 450 is not scored
+    snaps = pd.concat([snaps, snaps[snaps.step == 500].assign(step=450, dense=True, loss=0.019, accuracy=np.nan)],
+                      ignore_index=True)
+    evidence, verdict = claim_equal_loss_paper(snaps, sel, "geoquery")
+    assert verdict == "not testable" and "not scored" in evidence, evidence
+    evidence, verdict = claim_equal_loss_paper(*fig7_tables(effect, lambda d: 0.0195, halfwidth=0.08), "geoquery")
+    assert verdict == "not testable" and "only to 8% (95% half-width" in evidence, evidence
+    evidence, verdict = claim_equal_loss_paper(*fig7_tables(effect, lambda d: 0.0195, halfwidth=None), "geoquery")
+    assert verdict == "not testable" and "was not measured" in evidence, evidence
     rng = np.random.default_rng(21)
     null = [claim_equal_loss_paper(*fig7_tables(shuffle_within_seed(effect, rng), lambda d: 0.0195), "geoquery")[1]
             for _ in range(DRAWS)]

@@ -99,15 +99,19 @@ def _pretrain_like(folder: Path) -> Path:
 
 
 @pytest.mark.slow
-def test_equal_loss_notebook_refines_its_picks_into_the_tolerance(tmp_path):
+def test_equal_loss_notebook_evaluates_every_crossing_densely(tmp_path):
     """The Fig. 7 notebook at a scale below `tiny` (two depths, two seeds, GeoQuery, 30 fine-tuning steps evaluated
-    every 10), asked for picks within 1% of the threshold: runs with no kept snapshot that close are refined, every
-    pick ends within it, the selection says which are refined, and the refined stretches reproduce their runs exactly."""
+    every 10): the loss is GeoQuery's held-out slice, every run that crosses below the threshold gets the stretch
+    before its crossing retrained and evaluated every step (reproducing its run exactly), each declared pick is the
+    first step at or below the threshold among all snapshots, and each deeper pick records how well the set resolves
+    its loss against the shallow pick of its seed."""
     import os
     import pandas as pd
     import papermill
     from _train_common import REPRODUCE_OVERRIDES
+    from depthnb.claims_petty import declared_picks
     from depthnb.reproduce import KERNEL_QUIET, experiments_dir, reproduce
+    from depthnb.tasks import HELD_OUT_SPLIT
 
     overrides = dict(REPRODUCE_OVERRIDES, finetune_seeds=2, control_task="geoquery", tasks=["geoquery"])
     overrides.update({"finetune.steps": 30, "finetune.eval_every": 10, "finetune.n_snapshots": 3,
@@ -115,17 +119,25 @@ def test_equal_loss_notebook_refines_its_picks_into_the_tolerance(tmp_path):
     reproduce("tiny", only=["petty_pretrain"], seeds=2, overrides=overrides, runs_dir=tmp_path / "runs",
               figures_dir=tmp_path / "figures", log=lambda *a: None)
     notebook = experiments_dir() / "petty_equal_loss.ipynb"
-    within = 0.01
     papermill.execute_notebook(notebook, tmp_path / "executed.ipynb", cwd=notebook.parent, kernel_name="python3",
                                progress_bar=False, extra_arguments=KERNEL_QUIET,
-                               parameters=dict(preset="tiny", overrides=overrides, seeds=2, refine_within=within,
+                               parameters=dict(preset="tiny", overrides=overrides, seeds=2,
                                                runs_dir=os.path.relpath(tmp_path / "runs", notebook.parent),
                                                figures_dir=os.path.relpath(tmp_path / "figures", notebook.parent)))
     out = tmp_path / "figures" / "tiny"
-    sel = pd.read_csv(out / "petty_fig7_selection_tiny.csv")
-    assert len(sel) == 4 and sel.step.notna().all()
-    assert ((sel.loss / sel.threshold - 1).abs() <= within).all(), sel
-    assert sel.refined.any() and not sel.refined.all()  # the limiting run sets the threshold at its own snapshot
-    refined_dirs = list((tmp_path / "runs" / "tiny" / "finetune").glob("tiny/*/geoquery/refine/*"))
-    assert len(refined_dirs) == int(sel.refined.sum())
-    assert "to within 0.0e+00" in (out / "petty_fig7_selection_tiny.md").read_text()
+    snaps = pd.read_csv(out / "petty_fig7_snapshots_tiny.csv")
+    sel = pd.read_csv(out / "petty_fig7_selection_tiny.csv").assign(size_class="tiny")
+    thr = sel.threshold.iloc[0]
+    picks = declared_picks(snaps, sel)
+    assert len(picks) == 4 and picks.step.notna().all() and (picks.loss <= thr).all(), picks
+    dense_dirs = list((tmp_path / "runs" / "tiny" / "finetune").glob("tiny/*/geoquery/refine/*"))
+    below = snaps.merge(picks[["n_layers", "seed", "step"]]).query("loss < @thr")
+    assert len(dense_dirs) == len(below) >= 1 and snaps.dense.any()
+    for r in picks.itertuples():  # every step of the stretch before the pick is above the threshold
+        run = snaps[(snaps.n_layers == r.n_layers) & (snaps.seed == r.seed) & (snaps.step < r.step)]
+        assert (run.loss > thr).all(), run
+    resolved = picks.paired_halfwidth.dropna()
+    assert len(resolved) == 2 and (resolved > 0).all(), picks  # the deeper depth of each seed, against the shallow
+    assert picks.accuracy.notna().all()
+    md = (out / "petty_fig7_snapshots_tiny.md").read_text()
+    assert "to within 0.0e+00" in md and HELD_OUT_SPLIT in md

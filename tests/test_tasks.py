@@ -3,6 +3,7 @@ strict reading of task files, and target round trips under a tokenizer."""
 import shutil
 from collections import Counter
 
+import pandas as pd
 import pytest
 
 from depthnb import data as D
@@ -161,7 +162,9 @@ def test_user_task_loads(tmp_path):
 def test_task_targets_round_trip(tok):
     report = T.task_token_report(tok, limit=2000)  # the notebook's report covers every target
     assert int(report.round_trip_failures.sum()) == 0
-    assert report.examples.to_dict() == {(t, s): min(n, 2000) for t, d in SIZES.items() for s, n in d.items()}
+    held = T.HELD_OUT_EXAMPLES["geoquery"]  # the files' sizes, with GeoQuery's in-distribution slice held out of train
+    sizes = {**SIZES, "geoquery": {"train": SIZES["geoquery"]["train"] - held, T.HELD_OUT_SPLIT: held, "test": 280}}
+    assert report.examples.to_dict() == {(t, s): min(n, 2000) for t, d in sizes.items() for s, n in d.items()}
     assert (report.target_tokens_mean > 1).all()
 
 
@@ -247,3 +250,16 @@ def test_coverage_counts_unknown_characters(tok, tmp_path):
     warning = T.coverage_warnings(cov, "greek", 16, 8)
     assert cov.unknown_rate.iloc[0] > 0.2 and len(warning) == 3 and "outside the tokenizer's vocabulary" in warning[0]
     assert f"{cov.over_n_ctx.iloc[0]} example(s) are longer" in warning[1]
+
+
+def test_geoquery_holds_out_what_its_sizing_chose():
+    """GeoQuery has no dev split: its in-distribution split is a held-out slice of train whose size the experiment
+    petty_heldout_sizing chose from a pilot's measured spread (figures/cpu/sizing_heldout.csv)."""
+    from depthnb.presets import repo_root
+
+    sizing = pd.read_csv(repo_root() / "figures" / "cpu" / "sizing_heldout.csv")
+    assert sizing.task.unique().tolist() == ["geoquery"]
+    assert T.HELD_OUT_EXAMPLES["geoquery"] == int(sizing.chosen.iloc[0])
+    geo = T.task_dataset("geoquery")
+    assert len(geo[T.HELD_OUT_SPLIT]) == T.HELD_OUT_EXAMPLES["geoquery"]
+    assert len(geo["train"]) + len(geo[T.HELD_OUT_SPLIT]) == 600
