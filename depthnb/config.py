@@ -13,11 +13,11 @@ from dataclasses import dataclass, field, fields, is_dataclass, replace
 from typing import Any, Callable
 
 # %% auto #0
-__all__ = ['ATTN_IMPLS', 'BAND_IMPLS', 'CUDA_ATTN_IMPL', 'LLAMA_MIXTURE', 'UL2_RESERVED_IDS', 'STACK_METHODS', 'STACK_RUNS',
-           'KERNEL_FIELDS', 'AttnImpl', 'band_twin', 'resolve_attn_impl', 'ModelConfig', 'check_choice', 'check_range',
-           'DataConfig', 'PretrainConfig', 'reserved_ids', 'BatchSplitError', 'split_batch', 'FinetuneConfig',
-           'check_block_size', 'StackConfig', 'PrimitiveConfig', 'SizeClass', 'Preset', 'field_names', 'parse_value',
-           'override', 'to_dict', 'from_dict', 'config_diff']
+__all__ = ['ATTN_IMPLS', 'BAND_IMPLS', 'CUDA_ATTN_IMPL', 'LLAMA_MIXTURE', 'UL2_RESERVED_IDS', 'GROWTH_OPS', 'STACK_METHODS',
+           'STACK_RUNS', 'KERNEL_FIELDS', 'AttnImpl', 'band_twin', 'resolve_attn_impl', 'ModelConfig', 'check_choice',
+           'check_range', 'DataConfig', 'PretrainConfig', 'reserved_ids', 'BatchSplitError', 'split_batch',
+           'FinetuneConfig', 'check_block_size', 'GrowthOp', 'StackConfig', 'PrimitiveConfig', 'SizeClass', 'Preset',
+           'field_names', 'parse_value', 'override', 'to_dict', 'from_dict', 'config_diff']
 
 # %% ../nbs/00_config.ipynb #a77e1b02
 def _dense_bias_bytes(h: int, n: int, layers: int) -> int:  # SDPA's mask: fp32, built once per pass; each layer's bf16 cast
@@ -270,15 +270,72 @@ class FinetuneConfig:
         check_range("FinetuneConfig.batch_size", self.batch_size, lo=1)
 
 # %% ../nbs/00_config.ipynb #1602646a
-STACK_METHODS = ("baseline", "gradstack", "midas", "progressive")  # the growth operators of `growth`, and none
-STACK_RUNS = (*STACK_METHODS, "looped")  # the runs of a stacking study; looped: the baseline's schedule with shared layers
-
-
 def check_block_size(block_size, n_layers: int | None = None, name: str = "block_size") -> None:
     "Raise `ValueError` unless `block_size` is a positive integer (that divides `n_layers`, when given)."
     if block_size is None or block_size < 1 or (n_layers is not None and n_layers % block_size):
         what = f"a positive divisor of n_layers={n_layers}" if n_layers is not None else "a positive integer"
         raise ValueError(f"{name}={block_size!r} must be {what}")
+
+
+def _copy_block(n_layers: int, block_size: int, op: str, which: Callable[[int], int]) -> list[int]:
+    "The layout that copies block `which(n)` (1-based) of the `n` blocks of `block_size` layers, right after itself."
+    check_block_size(block_size, n_layers, name=f"grow {op}: block_size")
+    layers = list(range(n_layers))
+    end = which(n_layers // block_size) * block_size
+    return layers[:end] + layers[end - block_size:end] + layers[end:]
+
+
+def _gradstack_layout(n_layers: int, block_size: int | None) -> list[int]:
+    return _copy_block(n_layers, block_size, "gradstack", lambda n: n)  # the last block
+
+
+def _midas_layout(n_layers: int, block_size: int | None) -> list[int]:
+    return _copy_block(n_layers, block_size, "midas", lambda n: (n + 1) // 2)  # the middle one, m = ceil(n / 2)
+
+
+def _progressive_layout(n_layers: int, block_size: int | None = None) -> list[int]:
+    return list(range(n_layers)) * 2  # the whole model is one block; block_size is not used
+
+
+def _one_stage(n_layers: int, block_size: int) -> list[int]:
+    return [n_layers]
+
+
+def _block_stages(n_layers: int, block_size: int) -> list[int]:
+    check_block_size(block_size, n_layers)
+    return [block_size * i for i in range(1, n_layers // block_size + 1)]
+
+
+def _doubling_stages(n_layers: int, block_size: int) -> list[int]:
+    check_block_size(block_size, n_layers)
+    n = n_layers // block_size
+    if n & (n - 1):
+        raise ValueError(f"progressive stacking doubles the depth: n_layers/block_size={n} must be a power of 2")
+    return [block_size * 2 ** i for i in range(n.bit_length())]
+
+
+@dataclass(frozen=True)
+class GrowthOp:
+    """A growth operator of stagewise training: which layers of the grown model are copies of which (`layout`), and the
+    depths of the stages of a run that ends at a given depth (`stage_depths`)."""
+    label: str  # as the paper and the figures name it
+    why: str  # one line: what it copies, and whose it is
+    layout: Callable[[int, int | None], list[int]] | None  # (n_layers, block_size) -> the source layer (0-based) of
+    # every layer of the model grown from n_layers layers; None: it never grows
+    stage_depths: Callable[[int, int], list[int]]  # (final n_layers, block_size) -> the depth of each stage
+
+
+GROWTH_OPS: dict[str, GrowthOp] = {
+    "baseline": GrowthOp("baseline", "no growth: the final model from scratch, one stage, the same data and steps",
+                         None, _one_stage),
+    "gradstack": GrowthOp("GradStack", "copies the last block: gradual stacking (Reddi et al. 2023)",
+                          _gradstack_layout, _block_stages),
+    "midas": GrowthOp("MIDAS", "copies the middle block: Saunshi et al.'s operator", _midas_layout, _block_stages),
+    "progressive": GrowthOp("progressive", "copies the whole model, doubling it: progressive stacking (Gong et al. 2019)",
+                            _progressive_layout, _doubling_stages),
+}
+STACK_METHODS = tuple(GROWTH_OPS)  # the growth operators, and none (baseline)
+STACK_RUNS = (*STACK_METHODS, "looped")  # the runs of a stacking study; looped: the baseline's schedule with shared layers
 
 
 @dataclass
