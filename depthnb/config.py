@@ -13,11 +13,11 @@ from dataclasses import dataclass, field, fields, is_dataclass, replace
 from typing import Any, Callable
 
 # %% auto #0
-__all__ = ['ATTN_IMPLS', 'BAND_IMPLS', 'CUDA_ATTN_IMPL', 'LLAMA_MIXTURE', 'UL2_RESERVED_IDS', 'GROWTH_OPS', 'STACK_METHODS',
-           'STACK_RUNS', 'KERNEL_FIELDS', 'AttnImpl', 'band_twin', 'resolve_attn_impl', 'ModelConfig', 'check_choice',
-           'check_range', 'DataConfig', 'PretrainConfig', 'reserved_ids', 'BatchSplitError', 'split_batch',
-           'FinetuneConfig', 'check_block_size', 'GrowthOp', 'StackConfig', 'PrimitiveConfig', 'SizeClass', 'Preset',
-           'field_names', 'parse_value', 'override', 'to_dict', 'from_dict', 'config_diff']
+__all__ = ['ATTN_IMPLS', 'BAND_IMPLS', 'CUDA_ATTN_IMPL', 'LLAMA_MIXTURE', 'HELD_OUT_SPLITS', 'UL2_RESERVED_IDS', 'GROWTH_OPS',
+           'STACK_METHODS', 'STACK_RUNS', 'KERNEL_FIELDS', 'AttnImpl', 'band_twin', 'resolve_attn_impl', 'ModelConfig',
+           'check_choice', 'check_range', 'DataConfig', 'PretrainConfig', 'reserved_ids', 'BatchSplitError',
+           'split_batch', 'FinetuneConfig', 'check_block_size', 'GrowthOp', 'StackConfig', 'PrimitiveConfig',
+           'SizeClass', 'Preset', 'field_names', 'parse_value', 'override', 'to_dict', 'from_dict', 'config_diff']
 
 # %% ../nbs/00_config.ipynb #a77e1b02
 def _dense_bias_bytes(h: int, n: int, layers: int) -> int:  # SDPA's mask: fp32, built once per pass; each layer's bf16 cast
@@ -152,6 +152,11 @@ def check_range(name: str, value, lo=None, hi=None) -> None:
 
 # %% ../nbs/00_config.ipynb #3916cfac
 LLAMA_MIXTURE: dict[str, float] = {"c4": 0.57, "wikipedia": 0.17, "github": 0.17, "arxiv": 0.09}  # Saunshi App. A
+HELD_OUT_SPLITS = {  # pretraining corpus -> its held-out evaluation set (`DataConfig.held_out`)
+    "enwiki": "enwiki_valid",  # enwiki-2014's validation articles
+    "c4": "c4_sample",  # C4's validation documents (the sample the mirror keeps)
+    "mixture": "enwiki_valid",  # the Wikipedia source's held-out articles (offline its stand-in is enwiki)
+}
 
 
 @dataclass
@@ -167,10 +172,15 @@ class DataConfig:
     tokenizer_max_sentence_length: int = 4192
 
     def __post_init__(self):
-        check_choice("DataConfig.corpus", self.corpus, ("enwiki", "c4", "mixture"))
+        check_choice("DataConfig.corpus", self.corpus, tuple(HELD_OUT_SPLITS))
         for source in self.stand_ins:
             check_choice("DataConfig.stand_ins: source", source, tuple(self.mixture))
         check_range("DataConfig.vocab_size", self.vocab_size, lo=260)  # bytes + specials must fit
+
+    @property
+    def held_out(self) -> str:
+        "The evaluation set held out from `corpus`: what validation perplexity and loss are read on (`HELD_OUT_SPLITS`)."
+        return HELD_OUT_SPLITS[self.corpus]
 
 # %% ../nbs/00_config.ipynb #1441da7f
 @dataclass

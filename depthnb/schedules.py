@@ -14,7 +14,7 @@ import pandas as pd
 
 from .config import GROWTH_OPS, STACK_METHODS, ModelConfig, PretrainConfig, StackConfig
 from .paper import table1_schedules
-from .presets import SAUNSHI_CLASSES, resolve_size_class
+from .presets import PRESETS, SAUNSHI_CLASSES, resolve_size_class
 from .solver import flops_per_token, model_config
 
 # %% auto #0
@@ -115,11 +115,8 @@ TABLE1_SPEEDUPS = tuple(  # (model, method, n_layers, block_size, alpha, printed
     for model, method, block, alpha, printed in table1_schedules())
 
 # %% ../nbs/06a_schedules.ipynb #28e354c8
-SAUNSHI_MODELS = {  # Appendix A.1; vocabulary assumed (T5's), not stated in the paper
-    "1B": ModelConfig(d_model=2048, d_attn=2048, n_heads=32, d_ff=5120, n_layers=24, n_vocab=32128, n_ctx=1280),
-    "2B": ModelConfig(d_model=2048, d_attn=2048, n_heads=32, d_ff=5120, n_layers=48, n_vocab=32128, n_ctx=1280),
-    "8B": ModelConfig(d_model=2048, d_attn=2048, n_heads=16, d_ff=16384, n_layers=72, n_vocab=32128, n_ctx=1280),
-}
+SAUNSHI_MODELS = {  # Appendix A.1: the shapes of presets.SAUNSHI_CLASSES at the `saunshi` preset's sequence length
+    name: model_config(sc, sc.n_layers, base=PRESETS["saunshi"].pretrain.model) for name, sc in SAUNSHI_CLASSES.items()}
 
 
 def speedup_table(rows=TABLE1_SPEEDUPS, models=SAUNSHI_MODELS) -> pd.DataFrame:
