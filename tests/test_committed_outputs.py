@@ -12,7 +12,7 @@ NBS = Path(__file__).resolve().parent.parent / "nbs"
 FREE_DISK = re.compile(r"\b\d[\d,.]*\s?[KMGT]i?B free\b")
 CLOCK = {  # what a displayed output must not carry, by what it is
     "a date or time of day": re.compile(r"(?<!\d)(19|20)\d\d-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])(?!\d)"
-                                        r"|(?<!\d)\d\d:\d\d:\d\d(?!\d)|\bmtime(_ns)?\b"),
+                                        r"|(?<!\d)\d\d:\d\d:\d\d(?!\d)|\bmtime(_ns)?\b|tfevents\.\d"),
     "seconds": re.compile(r"(?<![\w.])\d[\d,]*(\.\d+)?\s?(s|ms|sec|secs|seconds)\b(?![\w'-])"),
     "a throughput": re.compile(r"\d[\d,.]*\s?[kMG]?(it|tok|tokens|examples|ex|steps|seqs?|samples)/s\b"),
     "a timing column": re.compile(r"\b\w*(seconds|_per_s|wall_s|grow_s|train_s|elapsed_s|step_ms)\b|\bwall[- ]clock\b"
@@ -40,10 +40,12 @@ def test_the_patterns_catch_what_they_are_for():
     caught = clock_readings(enumerate([
         "### 2026-11-22T02:50:07+00:00 · CPU", "14 files in 0.02 s", "done after 2 s", "second call 0.027 s",
         "step  tokens  loss  tokens_per_s", "<th>wall_s</th>", "wall-clock 0.311x, step time 0.995x",
-        "{'seconds': 0.1}", "12,345 tok/s", "{'size': 1, 'mtime_ns': 1795755581328805699}"]))
-    assert len({c.split(":")[0] for c in caught}) == 10, caught
+        "{'seconds': 0.1}", "12,345 tok/s", "{'size': 1, 'mtime_ns': 1795755581328805699}",
+        "'events.out.tfevents.1795756534.vm.32609.2'"]))
+    assert len({c.split(":")[0] for c in caught}) == 11, caught
     kept = ["L2_s0: stage 1/1: 4 layers, steps [0, 4)", "runs/tiny/stack/midas_L4_b1_prop1_s0: done", "n=30",
-            "0/2000 [00:00<?, ? examples/s]", "lr 1e-3 over 40 steps", "seed 0, 5 shots", "1.5x fewer FLOPs"]
+            "0/2000 [00:00<?, ? examples/s]", "lr 1e-3 over 40 steps", "seed 0, 5 shots", "1.5x fewer FLOPs",
+            "'events.out.tfevents.*'"]
     assert clock_readings(enumerate(kept)) == []
     assert FREE_DISK.search("need up to 20 MiB; 73,397 MiB free") and not FREE_DISK.search("need up to 20 MiB")
 
