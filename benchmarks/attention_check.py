@@ -43,7 +43,7 @@ sys.path.insert(0, str(ROOT))  # the checkout's depthnb, also where it is not in
 
 from depthnb.band import (BAND_COMPOSITION_ENV, BAND_STEP_CONFIGS, band_attention, band_bias_grad,  # noqa: E402
                           band_bias_grad_triton, band_step_autotuned, band_step_launch, band_variant, band_width)
-from depthnb.config import BAND_IMPLS  # noqa: E402
+from depthnb.config import ATTN_IMPLS, BAND_IMPLS  # noqa: E402
 from depthnb.model import (RelativePositionBias, attend, attention_mask_bias, flex_mask, layer_mask,  # noqa: E402
                            relative_position_bucket, softmax_attention)
 from depthnb.presets import SIZE_CLASSES  # noqa: E402
@@ -54,7 +54,7 @@ LENGTHS = (1024, 1000, 500)  # the values check: whole 128-token blocks; a ragge
 SHRUNK_LENGTHS = (256, 180)  # the rehearsal's: whole blocks; a ragged end, not a multiple of 8
 BLOCK = 128  # the values check compares each block of this many tokens on its own
 BASELINES = ("reference", "sdpa", "sdpa-nobiasgrad", "flex-nobiasgrad")  # the reference has no bias: the ceiling
-VARIANTS = (*BASELINES, *BAND_IMPLS)
+VARIANTS = (*BASELINES, *BAND_IMPLS)  # the band variants of the registry (depthnb.config.ATTN_IMPLS)
 BENCH = {  # `depthnb bench` flags per shape (as benchmarks/gpu.sh's stages)
     "134M": ["--size-class", "134M", "--layers", "12", "--n-ctx", "1024", "--batch", "16", "--steps", "10",
              "--rounds", "5", "--parts", "train,decode,profile"],
@@ -80,17 +80,31 @@ def model_view(size_class: str, impl: str, t: int, device) -> SimpleNamespace:
                            cfg=SimpleNamespace(attn_impl=impl.removesuffix("-nobiasgrad")))
 
 
+def registry_entry(name: str):
+    "The `ATTN_IMPLS` entry of variant `name` (a \"-nobiasgrad\" one's: its name's without the suffix); None: the reference."
+    return ATTN_IMPLS.get(name.removesuffix("-nobiasgrad"))
+
+
+def runs_flex(name: str) -> bool:
+    "Whether variant `name` runs FlexAttention on CUDA (compiled for each length; its registry entry says so)."
+    impl = registry_entry(name)
+    return impl is not None and (impl.mask == "flex" or impl.kernel == "flex")
+
+
 def variant_call(name: str, view: SimpleNamespace, t: int, device, dtype, kernel_options: dict | None = None):
-    "A function of (q, k, v) that attends as the model does under variant `name`, and the bias table it trains (or None)."
+    """A function of (q, k, v) that attends as the model does under variant `name` (a name in `ATTN_IMPLS`, the
+    "-nobiasgrad" ones with the bias table frozen), with the mask its entry names, and the bias table it trains (or None)."""
     pos = torch.arange(t, device=device)
     table = view.rel_bias.table.weight
     table.requires_grad_(not name.endswith("nobiasgrad") and name != "reference")
     if name == "reference":
         return (lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)), None
 
+    kind = registry_entry(name).mask
+
     def call(q, k, v):  # the mask is built inside, once per call, as a forward pass builds it once for all layers
-        mask = (flex_mask(view, t, device) if name == "flex-nobiasgrad" else
-                layer_mask(view, pos, pos, dtype=dtype) if name in BAND_IMPLS else
+        mask = (flex_mask(view, t, device) if kind == "flex" else
+                layer_mask(view, pos, pos, dtype=dtype) if kind == "band" else
                 attention_mask_bias(view, pos, pos, dtype=dtype))
         if kernel_options:
             return band_attention(q, k, v, mask.band, mask.kernel, mask.block_mask, mask.step,
@@ -107,7 +121,7 @@ def backend(name: str, q, k, v, view) -> str:
         kernel = {"split": f"split ({fused}: near with bias, far causal)", "cpu": "cpu (SDPA flash, CPU)"}.get(kernel,
                                                                                                           kernel)
         return f"{kernel} + band step ({'Triton' if step is band_bias_grad_triton else 'PyTorch'})"
-    if name == "flex-nobiasgrad":
+    if name != "reference" and registry_entry(name).mask == "flex":
         return "flex"
     pos = torch.arange(q.shape[-2], device=q.device)
     mask = None if name == "reference" else attention_mask_bias(view, pos, pos, dtype=q.dtype)
@@ -259,7 +273,7 @@ def run_check(args) -> dict:
     for size_class in args.shapes:
         for name in args.variants:
             row = dict(shape=size_class, variant=name)
-            tries = (None, *FLEX_FALLBACKS) if name.startswith("band-flex") and device.type == "cuda" else (None,)
+            tries = (None, *FLEX_FALLBACKS) if name in BAND_IMPLS and runs_flex(name) and device.type == "cuda" else (None,)
             for options in tries:  # the default configuration first; a fallback only where it fails
                 row = dict(shape=size_class, variant=name, kernel_options=options and json.dumps(options))
                 try:
@@ -269,7 +283,7 @@ def run_check(args) -> dict:
                     row["backend"] = backend(name, q, q, q, view)
                     # flex compiles for each length (dynamic=False): on CUDA its check keeps to the first (the CUDA
                     # tests check it at 1,024 and 1,000)
-                    these = lengths[:1] if "flex" in name and device.type == "cuda" else lengths
+                    these = lengths[:1] if runs_flex(name) and device.type == "cuda" else lengths
                     row.update(check_lengths(name, size_class, these, min(batch, 2), device, dtype, options))
                     errs = [row[k] for k in ("out", "dq", "dk", "dv", "dtable") if row.get(k) is not None]
                     row["correct"] = all(e < args.tolerance for e in errs)

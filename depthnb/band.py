@@ -15,13 +15,15 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention.flex_attention import AuxRequest, BlockMask, create_block_mask, flex_attention
 
+from .config import ATTN_IMPLS, BAND_IMPLS
+
 # %% auto #0
 __all__ = ['HOPPER_FLEX_OPTIONS', 'NEAR_MASK', 'KERNELS', 'HAS_TRITON', 'BAND_STEP_CONFIGS', 'DTYPE_KEYS', 'BAND_COMPOSITION_ENV',
-           'CPU_STAND_INS', 'band_width', 'band_bias_grad', 'causal_bias', 'dense_kernel', 'cpu_kernel',
-           'aligned_causal', 'cudnn_kernel', 'efficient_kernel', 'bias_score_mod', 'flex_kernel_options', 'flex_call',
-           'flex_kernel', 'split_span', 'split_kernel', 'band_attention', 'BandStepConfig', 'band_step_kernel',
-           'band_step_autotuned', 'band_step_launch', 'band_bias_grad_triton', 'band_variant', 'PassMask',
-           'pass_block_mask', 'masked_kernel', 'band_bias_grad_masked']
+           'BAND_STEPS', 'band_width', 'band_bias_grad', 'causal_bias', 'dense_kernel', 'cpu_kernel', 'aligned_causal',
+           'cudnn_kernel', 'efficient_kernel', 'bias_score_mod', 'flex_kernel_options', 'flex_call', 'flex_kernel',
+           'split_span', 'split_kernel', 'band_attention', 'BandStepConfig', 'band_step_kernel', 'band_step_autotuned',
+           'band_step_launch', 'band_bias_grad_triton', 'band_variant', 'PassMask', 'pass_block_mask', 'masked_kernel',
+           'band_bias_grad_masked']
 
 # %% ../nbs/02g_band.ipynb #ad751b0c
 def band_width(buckets: torch.Tensor, n_buckets: int) -> int | None:
@@ -478,26 +480,27 @@ def _(q, k, v, out, lse, d_out, w, scale, bias):
 
 # %% ../nbs/02g_band.ipynb #b1a0c002
 BAND_COMPOSITION_ENV = "DEPTHNB_BAND_COMPOSITION"  # "1": band variants run their CUDA composition on the CPU
-CPU_STAND_INS = {"split": "split", "cudnn": "cpu", "efficient": "cpu", "flex": "cpu"}  # kernel on CUDA -> on the CPU
+BAND_STEPS: dict[str, Callable] = {"pytorch": band_bias_grad, "triton": band_bias_grad_triton}  # AttnImpl.step -> step
 
 
 def band_variant(impl: str, device_type: str, composition: bool | None = None) -> tuple[str, Callable]:
-    """The kernel (a `KERNELS` key) and band step that the band variant `impl` ("band-<kernel>[-triton]") runs on a
-    `device_type` device. CUDA: its own. The CPU: "cpu" and the PyTorch step, or with `composition` (None: the
-    environment's BAND_COMPOSITION_ENV is "1") the variant's CUDA composition, the CPU standing in (CPU_STAND_INS)."""
-    kernel, triton = impl.removeprefix("band-").removesuffix("-triton"), impl.endswith("-triton")
-    if kernel not in CPU_STAND_INS:
-        raise ValueError(f"{impl!r} is not a band variant (band-<kernel>[-triton], kernel one of {list(CPU_STAND_INS)})")
-    if device_type != "cuda":
-        if composition is None:
-            composition = os.environ.get(BAND_COMPOSITION_ENV) == "1"
-        if not composition:
-            return "cpu", band_bias_grad
-        if triton and not (HAS_TRITON and os.environ.get("TRITON_INTERPRET") == "1"):
-            raise RuntimeError(f"{impl!r} on the CPU runs its Triton step under Triton's interpreter: set "
-                               "TRITON_INTERPRET=1 before Triton is first imported")
-        kernel = CPU_STAND_INS[kernel]
-    return kernel, band_bias_grad_triton if triton else band_bias_grad
+    """The kernel (a `KERNELS` key) and band step that the band variant `impl` (one of `config.BAND_IMPLS`) runs on a
+    `device_type` device. Where it runs as itself (CUDA): its own. Elsewhere: "cpu" and the PyTorch step, or with
+    `composition` (None: the environment's BAND_COMPOSITION_ENV is "1") the variant's CUDA composition, its
+    `cpu_kernel` standing in for its kernel."""
+    if impl not in BAND_IMPLS:
+        raise ValueError(f"{impl!r} is not a band variant (one of {list(BAND_IMPLS)})")
+    variant = ATTN_IMPLS[impl]
+    if variant.runs_on(device_type):
+        return variant.kernel, BAND_STEPS[variant.step]
+    if composition is None:
+        composition = os.environ.get(BAND_COMPOSITION_ENV) == "1"
+    if not composition:
+        return "cpu", band_bias_grad
+    if variant.step == "triton" and not (HAS_TRITON and os.environ.get("TRITON_INTERPRET") == "1"):
+        raise RuntimeError(f"{impl!r} on the CPU runs its Triton step under Triton's interpreter: set "
+                           "TRITON_INTERPRET=1 before Triton is first imported")
+    return variant.cpu_kernel, BAND_STEPS[variant.step]
 
 
 # %% ../nbs/02g_band.ipynb #b1a0c022

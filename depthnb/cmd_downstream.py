@@ -9,8 +9,8 @@ from pathlib import Path
 
 from .commands import CommandParser, UsageError, add_family_args, family_from_args, preset_from_args
 from .downstream_scoring import score_run
-from .downstream_tasks import (GROUPS, TASKS_DIR, offline_if_unreachable, select_tasks,
-                                      task_unavailable)
+from .downstream_tasks import TASKS_DIR, offline_if_unreachable, select_tasks, task_unavailable
+from .paper import GROUP_TASKS
 from .runs import is_done, weights_to_score
 from .runspecs import pretrain_run_dir
 
@@ -24,7 +24,7 @@ def cli_downstream(argv: list[str] | None = None) -> int:
                        "one JSON per run and task under <run>/downstream/, finished tasks skipped.")
     ap.add_argument("runs", nargs="*", help="run directories or weights files (default: the preset's finished pretraining runs)")
     add_family_args(ap)
-    ap.add_argument("--tasks", default=None, help=f"comma-separated groups ({', '.join(GROUPS)}) or tasks "
+    ap.add_argument("--tasks", default=None, help=f"comma-separated groups ({', '.join(GROUP_TASKS)}) or tasks "
                     "(default: closed_book_qa,open_book_qa,math,gsm8k)")
     ap.add_argument("--shots", type=int, default=None, help="few-shot examples (default: each task's, e.g. math 5, gsm8k 8)")
     ap.add_argument("--limit", type=int, default=None, help="score the first N examples of each task")

@@ -10,32 +10,100 @@ import dataclasses
 import json
 import typing
 from dataclasses import dataclass, field, fields, is_dataclass, replace
-from typing import Any
+from typing import Any, Callable
 
 # %% auto #0
-__all__ = ['BAND_IMPLS', 'CUDA_ATTN_IMPL', 'LLAMA_MIXTURE', 'UL2_RESERVED_IDS', 'STACK_METHODS', 'STACK_RUNS', 'KERNEL_FIELDS',
-           'resolve_attn_impl', 'ModelConfig', 'check_choice', 'check_range', 'DataConfig', 'PretrainConfig',
-           'reserved_ids', 'BatchSplitError', 'split_batch', 'FinetuneConfig', 'check_block_size', 'StackConfig',
-           'PrimitiveConfig', 'SizeClass', 'Preset', 'field_names', 'parse_value', 'override', 'to_dict', 'from_dict',
-           'config_diff']
+__all__ = ['ATTN_IMPLS', 'BAND_IMPLS', 'CUDA_ATTN_IMPL', 'LLAMA_MIXTURE', 'HELD_OUT_SPLITS', 'UL2_RESERVED_IDS', 'GROWTH_OPS',
+           'STACK_METHODS', 'STACK_RUNS', 'KERNEL_FIELDS', 'AttnImpl', 'band_twin', 'resolve_attn_impl', 'ModelConfig',
+           'check_choice', 'check_range', 'DataConfig', 'PretrainConfig', 'reserved_ids', 'BatchSplitError',
+           'split_batch', 'FinetuneConfig', 'check_block_size', 'GrowthOp', 'StackConfig', 'PrimitiveConfig',
+           'SizeClass', 'Preset', 'field_names', 'parse_value', 'override', 'to_dict', 'from_dict', 'config_diff']
 
-# %% ../nbs/00_config.ipynb #d3b67e83
-# band attention (nbs/02g_band.ipynb) with the fused kernel named after "band-" and, with "-triton", the band step
-# in Triton instead of PyTorch; on the CPU, SDPA's CPU kernel and the PyTorch step
-BAND_IMPLS = ("band-flex", "band-cudnn", "band-efficient", "band-split", "band-flex-triton", "band-cudnn-triton",
-              "band-split-triton")
+# %% ../nbs/00_config.ipynb #a77e1b02
+def _dense_bias_bytes(h: int, n: int, layers: int) -> int:  # SDPA's mask: fp32, built once per pass; each layer's bf16 cast
+    return 4 * h * n ** 2 + layers * 2 * h * n ** 2
+
+
+def _by_distance_bytes(h: int, n: int, layers: int) -> int:  # the bias by distance, read inside the kernel
+    return 4 * h * n
+
+
+def _detached_dense_bytes(h: int, n: int, layers: int) -> int:  # a detached dense bias in bf16, built once per pass
+    return 2 * h * n ** 2
+
+
+def _near_block_bytes(h: int, n: int, layers: int) -> int:  # split_kernel's near blocks: (h, n / 128, 128, 256), bf16
+    return 2 * h * n * 256
+
+
+@dataclass(frozen=True)
+class AttnImpl:
+    """One attention implementation a model can run (`ModelConfig.attn_impl`): the mask the model builds for it, the
+    kernel and band step that compute it (band attention, nbs/02g_band.ipynb), the devices it runs on as itself, and
+    why it exists. Kernels and band steps are named here (keys of `band.KERNELS` and `band.BAND_STEPS`), so that
+    this module, and the planner and the command line that read it, never import torch."""
+    why: str  # one line: what it is for
+    mask: str  # what `model.layer_mask` builds: "dense" (SDPA's additive mask), "flex" (`FlexMask`), "band" (`BandMask`)
+    devices: tuple[str, ...] = ("cuda",)  # device types it runs on as itself ("any": every one); elsewhere the dense
+    # path ("flex") or SDPA's CPU kernel with the PyTorch band step ("band")
+    kernel: str | None = None  # band: its fused kernel (a `band.KERNELS` key)
+    cpu_kernel: str | None = None  # band: the kernel standing in for `kernel` on the CPU under DEPTHNB_BAND_COMPOSITION=1
+    step: str | None = None  # band: its band step (a `band.BAND_STEPS` key: "pytorch" or "triton")
+    bias_bytes: Callable[[int, int, int], int] = _dense_bias_bytes  # bytes of the position bias of one pass on
+    # CUDA, from (heads, length, layers holding a copy): the planner's memory estimate (nbs/90_plan.ipynb)
+
+    def runs_on(self, device_type: str) -> bool:
+        "Whether it runs as itself on a `device_type` ('cuda', 'cpu', ...) device."
+        return "any" in self.devices or device_type in self.devices
+
+
+ATTN_IMPLS: dict[str, AttnImpl] = {
+    "sdpa": AttnImpl("the exact dense path: SDPA with the bias in an additive mask, on any device; the reference the "
+                     "other paths are checked against, and what the CPU runs", "dense", ("any",)),
+    "flex": AttnImpl("FlexAttention with the bias in its score_mod: the bias's gradient by an atomic add per score; the "
+                     "comparison band attention was built to beat", "flex", bias_bytes=_by_distance_bytes),
+    "band-flex": AttnImpl("FlexAttention with the shifted bias detached and the PyTorch band step: no atomics",
+                          "band", kernel="flex", cpu_kernel="cpu", step="pytorch", bias_bytes=_by_distance_bytes),
+    "band-cudnn": AttnImpl("cuDNN's fused kernel with a detached dense bias and the PyTorch band step", "band",
+                           kernel="cudnn", cpu_kernel="cpu", step="pytorch", bias_bytes=_detached_dense_bytes),
+    "band-efficient": AttnImpl("SDPA's memory-efficient kernel with a detached dense bias and the PyTorch band step: "
+                               "a fused kernel beside cuDNN's (which float32 inputs do not reach)", "band",
+                               kernel="efficient", cpu_kernel="cpu", step="pytorch", bias_bytes=_detached_dense_bytes),
+    "band-split": AttnImpl("cuDNN on the near keys with the bias in 128-token blocks and on the far keys without one, "
+                           "merged by log-sum-exp: no dense T x T bias to read", "band", kernel="split",
+                           cpu_kernel="split", step="pytorch", bias_bytes=_near_block_bytes),
+    "band-flex-triton": AttnImpl("band-flex with the band step in Triton", "band", kernel="flex", cpu_kernel="cpu",
+                                 step="triton", bias_bytes=_by_distance_bytes),
+    "band-cudnn-triton": AttnImpl("band-cudnn with the band step in Triton: the fastest correct variant on an H200, "
+                                  "CUDA_ATTN_IMPL", "band", kernel="cudnn", cpu_kernel="cpu", step="triton",
+                                  bias_bytes=_detached_dense_bytes),
+    "band-split-triton": AttnImpl("band-split with the band step in Triton", "band", kernel="split", cpu_kernel="split",
+                                  step="triton", bias_bytes=_near_block_bytes),
+}
+BAND_IMPLS = tuple(name for name, impl in ATTN_IMPLS.items() if impl.mask == "band")  # band attention's variants
 # what attn_impl="auto" runs on CUDA: the fastest correct variant of benchmarks/attention_check.py at 134M and 374M
 # on an H200, and in `depthnb bench` at both sizes far faster than "sdpa" (benchmarks/RESULTS.md)
 CUDA_ATTN_IMPL = "band-cudnn-triton"
 
 
-def resolve_attn_impl(impl: str, device_type: str) -> str:
-    "The variant that `attn_impl=impl` runs on a `device_type` ('cuda', 'cpu', ...) device: 'auto' is CUDA_ATTN_IMPL on CUDA, 'sdpa' elsewhere."
+def band_twin(impl: str, step: str) -> str:
+    "The band variant with the kernel of band variant `impl` and the band step `step`."
+    kernel = ATTN_IMPLS[impl].kernel
+    return next(n for n, i in ATTN_IMPLS.items() if i.mask == "band" and i.kernel == kernel and i.step == step)
+
+
+def resolve_attn_impl(impl: str, device_type: str, triton: bool = True) -> str:
+    """The variant that `attn_impl=impl` runs on a `device_type` ('cuda', 'cpu', ...) device: 'auto' is CUDA_ATTN_IMPL
+    on CUDA (without `triton`, for a PyTorch build without Triton: its twin with the PyTorch band step), 'sdpa'
+    elsewhere."""
     if impl != "auto":
         return impl
-    return CUDA_ATTN_IMPL if device_type == "cuda" else "sdpa"
+    if device_type != "cuda":
+        return "sdpa"
+    return CUDA_ATTN_IMPL if triton else band_twin(CUDA_ATTN_IMPL, "pytorch")
 
 
+# %% ../nbs/00_config.ipynb #d3b67e83
 @dataclass
 class ModelConfig:
     "Shape and options of one `DecoderLM`."
@@ -53,8 +121,8 @@ class ModelConfig:
     share_layers: bool = False  # one set of layer weights applied n_layers times (looped model)
     norm_eps: float = 1e-6
     init_std: float = 0.02
-    # "auto" (`resolve_attn_impl`: band attention on CUDA, SDPA elsewhere), "sdpa" (any device), "flex"
-    # (FlexAttention, CUDA) or a BAND_IMPLS kernel (band attention, nbs/02g_band.ipynb)
+    # "auto" (`resolve_attn_impl`: band attention on CUDA, SDPA elsewhere) or a name in ATTN_IMPLS: "sdpa" (any
+    # device), "flex" (FlexAttention, CUDA) or a band variant (BAND_IMPLS, nbs/02g_band.ipynb)
     attn_impl: str = "auto"
     # the training loss: "plain" (the logits, then cross-entropy) or "liger" (liger-kernel's fused projection and
     # cross-entropy, no logits materialised: CUDA, or the CPU under TRITON_INTERPRET=1; `pip install depthnb[gpu]`)
@@ -62,7 +130,7 @@ class ModelConfig:
 
     def __post_init__(self):
         check_choice("ModelConfig.pos_emb", self.pos_emb, ("t5", "rope"))
-        check_choice("ModelConfig.attn_impl", self.attn_impl, ("auto", "sdpa", "flex", *BAND_IMPLS))
+        check_choice("ModelConfig.attn_impl", self.attn_impl, ("auto", *ATTN_IMPLS))
         check_choice("ModelConfig.loss_impl", self.loss_impl, ("plain", "liger"))
         for name in ("d_model", "d_attn", "n_heads", "d_ff", "n_layers", "n_vocab", "n_ctx"):
             check_range(f"ModelConfig.{name}", getattr(self, name), lo=1)
@@ -84,6 +152,11 @@ def check_range(name: str, value, lo=None, hi=None) -> None:
 
 # %% ../nbs/00_config.ipynb #3916cfac
 LLAMA_MIXTURE: dict[str, float] = {"c4": 0.57, "wikipedia": 0.17, "github": 0.17, "arxiv": 0.09}  # Saunshi App. A
+HELD_OUT_SPLITS = {  # pretraining corpus -> its held-out evaluation set (`DataConfig.held_out`)
+    "enwiki": "enwiki_valid",  # enwiki-2014's validation articles
+    "c4": "c4_sample",  # C4's validation documents (the sample the mirror keeps)
+    "mixture": "enwiki_valid",  # the Wikipedia source's held-out articles (offline its stand-in is enwiki)
+}
 
 
 @dataclass
@@ -99,10 +172,15 @@ class DataConfig:
     tokenizer_max_sentence_length: int = 4192
 
     def __post_init__(self):
-        check_choice("DataConfig.corpus", self.corpus, ("enwiki", "c4", "mixture"))
+        check_choice("DataConfig.corpus", self.corpus, tuple(HELD_OUT_SPLITS))
         for source in self.stand_ins:
             check_choice("DataConfig.stand_ins: source", source, tuple(self.mixture))
         check_range("DataConfig.vocab_size", self.vocab_size, lo=260)  # bytes + specials must fit
+
+    @property
+    def held_out(self) -> str:
+        "The evaluation set held out from `corpus`: what validation perplexity and loss are read on (`HELD_OUT_SPLITS`)."
+        return HELD_OUT_SPLITS[self.corpus]
 
 # %% ../nbs/00_config.ipynb #1441da7f
 @dataclass
@@ -202,15 +280,72 @@ class FinetuneConfig:
         check_range("FinetuneConfig.batch_size", self.batch_size, lo=1)
 
 # %% ../nbs/00_config.ipynb #1602646a
-STACK_METHODS = ("baseline", "gradstack", "midas", "progressive")  # the growth operators of `growth`, and none
-STACK_RUNS = (*STACK_METHODS, "looped")  # the runs of a stacking study; looped: the baseline's schedule with shared layers
-
-
 def check_block_size(block_size, n_layers: int | None = None, name: str = "block_size") -> None:
     "Raise `ValueError` unless `block_size` is a positive integer (that divides `n_layers`, when given)."
     if block_size is None or block_size < 1 or (n_layers is not None and n_layers % block_size):
         what = f"a positive divisor of n_layers={n_layers}" if n_layers is not None else "a positive integer"
         raise ValueError(f"{name}={block_size!r} must be {what}")
+
+
+def _copy_block(n_layers: int, block_size: int, op: str, which: Callable[[int], int]) -> list[int]:
+    "The layout that copies block `which(n)` (1-based) of the `n` blocks of `block_size` layers, right after itself."
+    check_block_size(block_size, n_layers, name=f"grow {op}: block_size")
+    layers = list(range(n_layers))
+    end = which(n_layers // block_size) * block_size
+    return layers[:end] + layers[end - block_size:end] + layers[end:]
+
+
+def _gradstack_layout(n_layers: int, block_size: int | None) -> list[int]:
+    return _copy_block(n_layers, block_size, "gradstack", lambda n: n)  # the last block
+
+
+def _midas_layout(n_layers: int, block_size: int | None) -> list[int]:
+    return _copy_block(n_layers, block_size, "midas", lambda n: (n + 1) // 2)  # the middle one, m = ceil(n / 2)
+
+
+def _progressive_layout(n_layers: int, block_size: int | None = None) -> list[int]:
+    return list(range(n_layers)) * 2  # the whole model is one block; block_size is not used
+
+
+def _one_stage(n_layers: int, block_size: int) -> list[int]:
+    return [n_layers]
+
+
+def _block_stages(n_layers: int, block_size: int) -> list[int]:
+    check_block_size(block_size, n_layers)
+    return [block_size * i for i in range(1, n_layers // block_size + 1)]
+
+
+def _doubling_stages(n_layers: int, block_size: int) -> list[int]:
+    check_block_size(block_size, n_layers)
+    n = n_layers // block_size
+    if n & (n - 1):
+        raise ValueError(f"progressive stacking doubles the depth: n_layers/block_size={n} must be a power of 2")
+    return [block_size * 2 ** i for i in range(n.bit_length())]
+
+
+@dataclass(frozen=True)
+class GrowthOp:
+    """A growth operator of stagewise training: which layers of the grown model are copies of which (`layout`), and the
+    depths of the stages of a run that ends at a given depth (`stage_depths`)."""
+    label: str  # as the paper and the figures name it
+    why: str  # one line: what it copies, and whose it is
+    layout: Callable[[int, int | None], list[int]] | None  # (n_layers, block_size) -> the source layer (0-based) of
+    # every layer of the model grown from n_layers layers; None: it never grows
+    stage_depths: Callable[[int, int], list[int]]  # (final n_layers, block_size) -> the depth of each stage
+
+
+GROWTH_OPS: dict[str, GrowthOp] = {
+    "baseline": GrowthOp("baseline", "no growth: the final model from scratch, one stage, the same data and steps",
+                         None, _one_stage),
+    "gradstack": GrowthOp("GradStack", "copies the last block: gradual stacking (Reddi et al. 2023)",
+                          _gradstack_layout, _block_stages),
+    "midas": GrowthOp("MIDAS", "copies the middle block: Saunshi et al.'s operator", _midas_layout, _block_stages),
+    "progressive": GrowthOp("progressive", "copies the whole model, doubling it: progressive stacking (Gong et al. 2019)",
+                            _progressive_layout, _doubling_stages),
+}
+STACK_METHODS = tuple(GROWTH_OPS)  # the growth operators, and none (baseline)
+STACK_RUNS = (*STACK_METHODS, "looped")  # the runs of a stacking study; looped: the baseline's schedule with shared layers
 
 
 @dataclass

@@ -20,15 +20,16 @@ import yaml
 from lm_eval.tasks._yaml_loader import load_yaml
 
 from .downstream_data import MIRROR_LOADERS
+from .paper import CALCULATOR_GROUPS, GROUP_TASKS, TABLE1_COLUMNS
 from .primitives import PRIMITIVE_TASKS, few_shot, holdout_set, score_primitive, get_task
 from .runs import atomic_write_text
 from .sources import FetchError, data_path
 
 # %% auto #0
-__all__ = ['DOWNSTREAM_TASKS', 'GROUPS', 'TABLE1_GROUPS', 'LM_EVAL_PREFIX', 'TASKS_DIR', 'DownstreamTask', 'lm_eval_name',
-           'hub_unavailable', 'task_unavailable', 'offline_if_unreachable', 'mirror_dataset', 'task_yaml_config',
-           'lm_eval_config', 'primitive_dataset', 'primitive_results', 'primitive_yaml_config', 'primitive_config',
-           'task_yaml', 'lm_eval_task_files', 'write_lm_eval_tasks', 'select_tasks']
+__all__ = ['DOWNSTREAM_TASKS', 'LM_EVAL_PREFIX', 'TASKS_DIR', 'DownstreamTask', 'lm_eval_name', 'hub_unavailable',
+           'task_unavailable', 'offline_if_unreachable', 'mirror_dataset', 'task_yaml_config', 'lm_eval_config',
+           'primitive_dataset', 'primitive_results', 'primitive_yaml_config', 'primitive_config', 'task_yaml',
+           'lm_eval_task_files', 'write_lm_eval_tasks', 'select_tasks']
 
 # %% ../nbs/07b_downstream_tasks.ipynb #8cbd52c4
 _LM_EVAL_TASKS = Path(lm_eval.__file__).parent / "tasks"
@@ -36,17 +37,26 @@ _LM_EVAL_TASKS = Path(lm_eval.__file__).parent / "tasks"
 
 @dataclass(frozen=True)
 class DownstreamTask:
-    "One downstream task of Saunshi et al.: its paper column, data, lm-eval definition and reported metric."
+    """One downstream task of Saunshi et al.: its paper column, data, lm-eval definition and reported metric. Its group
+    and whether it is scored with a calculator are the paper's (`paper.GROUP_TASKS`, `paper.CALCULATOR_GROUPS`)."""
     name: str
     title: str  # as in the paper's tables
-    group: str  # closed_book_qa, open_book_qa, math, gsm8k, gsm8k_finetuned, primitives
     shots: int  # the paper's (or lm-eval's where the paper names none)
     metric: str  # the lm-eval result key the tables report
     base: str | None  # lm-eval YAML (relative to lm_eval/tasks) the config starts from; None: defined here
     loader: str | None = None  # name of the mirror loader; None: online only
     files: tuple[str, ...] = ()  # the registry files the loader reads
     overrides: tuple = ()  # (key, value) pairs put over the base config
-    calculator: bool = False  # its answers carry calculator annotations
+
+    @property
+    def group(self) -> str:
+        "Its group in the paper: closed_book_qa, open_book_qa, math, gsm8k or gsm8k_finetuned (`paper.GROUP_TASKS`)."
+        return next(group for group, tasks in GROUP_TASKS.items() if self.name in tasks)
+
+    @property
+    def calculator(self) -> bool:
+        "Whether the paper scores it without and with a calculator (`paper.CALCULATOR_GROUPS`): its answers carry the annotations."
+        return self.group in CALCULATOR_GROUPS
 
 
 _GSM8K_METRIC = "exact_match,strict-match"
@@ -54,40 +64,35 @@ _MATH = (("training_split", None), ("validation_split", None), ("test_split", "t
 
 
 def _math_task(name, title, loader, files):
-    return DownstreamTask(name, title, "math", 5, _GSM8K_METRIC, "gsm8k/gsm8k.yaml", loader, files, _MATH, True)
+    return DownstreamTask(name, title, 5, _GSM8K_METRIC, "gsm8k/gsm8k.yaml", loader, files, _MATH)
 
 
 DOWNSTREAM_TASKS: dict[str, DownstreamTask] = {t.name: t for t in [
-    DownstreamTask("triviaqa", "TriviaQA", "closed_book_qa", 0, "exact_match,remove_whitespace", "triviaqa/default.yaml"),
-    DownstreamTask("tydiqa_nocontext", "TyDi QA (no context)", "closed_book_qa", 0, "exact_match,none",
+    DownstreamTask("triviaqa", "TriviaQA", 0, "exact_match,remove_whitespace", "triviaqa/default.yaml"),
+    DownstreamTask("tydiqa_nocontext", "TyDi QA (no context)", 0, "exact_match,none",
                    "tydiqa/tydiqa_goldp_en.yaml", overrides=(("doc_to_text", "Question: {{question}}\n\nAnswer:"),)),
-    DownstreamTask("nq_open", "Natural Questions", "closed_book_qa", 0, "exact_match,remove_whitespace",
+    DownstreamTask("nq_open", "Natural Questions", 0, "exact_match,remove_whitespace",
                    "nq_open/nq_open.yaml", "load_nq_open", ("nq_open/NQ-open.dev.jsonl",),
                    (("training_split", None), ("fewshot_split", "validation"))),
-    DownstreamTask("webqs", "WebQuestions", "closed_book_qa", 0, "exact_match,none", "webqs/webqs.yaml",
+    DownstreamTask("webqs", "WebQuestions", 0, "exact_match,none", "webqs/webqs.yaml",
                    "load_webquestions", ("webquestions/test.json",), (("training_split", None), ("fewshot_split", "test"))),
-    DownstreamTask("tydiqa_goldp", "TyDi QA (GoldP)", "open_book_qa", 0, "exact_match,none", "tydiqa/tydiqa_goldp_en.yaml"),
-    DownstreamTask("squadv2", "SQuAD v2", "open_book_qa", 0, "exact,none", "squadv2/squadv2.yaml"),
-    DownstreamTask("drop", "DROP", "open_book_qa", 0, "em,none", "drop/default.yaml"),
-    DownstreamTask("quac", "QuAC", "open_book_qa", 0, "", None),
-    DownstreamTask("coqa", "CoQA", "open_book_qa", 0, "em,none", "coqa/default.yaml"),
+    DownstreamTask("tydiqa_goldp", "TyDi QA (GoldP)", 0, "exact_match,none", "tydiqa/tydiqa_goldp_en.yaml"),
+    DownstreamTask("squadv2", "SQuAD v2", 0, "exact,none", "squadv2/squadv2.yaml"),
+    DownstreamTask("drop", "DROP", 0, "em,none", "drop/default.yaml"),
+    DownstreamTask("quac", "QuAC", 0, "", None),
+    DownstreamTask("coqa", "CoQA", 0, "em,none", "coqa/default.yaml"),
     _math_task("asdiv", "ASDiv", "load_asdiv", ("asdiv/ASDiv.xml",)),
     _math_task("mawps_addsub", "MAWPS AddSub", "load_mawps:AddSub", ("mawps/AddSub.json",)),
     _math_task("mawps_multiarith", "MAWPS MultiArith", "load_mawps:MultiArith", ("mawps/MultiArith.json",)),
     _math_task("mawps_singleeq", "MAWPS SingleEq", "load_mawps:SingleEq", ("mawps/SingleEq.json",)),
     _math_task("mawps_singleop", "MAWPS SingleOp", "load_mawps:SingleOp", ("mawps/SingleOp.json",)),
     _math_task("svamp", "SVAMP", "load_svamp", ("svamp/SVAMP.json",)),
-    DownstreamTask("gsm8k", "GSM8k", "gsm8k", 8, _GSM8K_METRIC, "gsm8k/gsm8k.yaml", "load_gsm8k",
-                   ("gsm8k/train.jsonl", "gsm8k/test.jsonl"), calculator=True),
-    DownstreamTask("gsm8k_finetuned", "GSM8k (fine-tuned)", "gsm8k_finetuned", 0, _GSM8K_METRIC, "gsm8k/gsm8k.yaml",
+    DownstreamTask("gsm8k", "GSM8k", 8, _GSM8K_METRIC, "gsm8k/gsm8k.yaml", "load_gsm8k",
+                   ("gsm8k/train.jsonl", "gsm8k/test.jsonl")),
+    DownstreamTask("gsm8k_finetuned", "GSM8k (fine-tuned)", 0, _GSM8K_METRIC, "gsm8k/gsm8k.yaml",
                    "load_gsm8k", ("gsm8k/train.jsonl", "gsm8k/test.jsonl"),
-                   (("doc_to_text", "{{question}}<sep>"), ("target_delimiter", "")), calculator=True),
+                   (("doc_to_text", "{{question}}<sep>"), ("target_delimiter", ""))),
 ]}
-GROUPS: dict[str, tuple[str, ...]] = {}
-for _t in DOWNSTREAM_TASKS.values():
-    GROUPS.setdefault(_t.group, ())
-    GROUPS[_t.group] += (_t.name,)
-TABLE1_GROUPS = ("closed_book_qa", "open_book_qa", "math")
 LM_EVAL_PREFIX = "depthnb_"  # the lm-eval names of the downstream tasks: never one of lm-eval's own
 
 
@@ -291,16 +296,17 @@ def write_lm_eval_tasks(folder: str | Path | None = None) -> list[Path]:
 
 # %% ../nbs/07b_downstream_tasks.ipynb #32cf6cac
 def select_tasks(text: str | None) -> list[str]:
-    "Tasks named by comma-separated groups or task names (default: Table 1's groups and GSM8k); `ValueError` names an unknown one."
-    names = [s for s in (text or "").split(",") if s] or [*TABLE1_GROUPS, "gsm8k"]
+    """Tasks named by comma-separated groups (`paper.GROUP_TASKS`) or task names (default: Table 1's groups and GSM8k);
+    `ValueError` names an unknown one."""
+    names = [s for s in (text or "").split(",") if s] or [*TABLE1_COLUMNS, "gsm8k"]
     out = []
     for n in names:
-        if n in GROUPS:
-            out += GROUPS[n]
+        if n in GROUP_TASKS:
+            out += GROUP_TASKS[n]
         elif n in DOWNSTREAM_TASKS:
             out.append(n)
         else:
-            close = difflib.get_close_matches(n, [*GROUPS, *DOWNSTREAM_TASKS], n=3, cutoff=0.6)
+            close = difflib.get_close_matches(n, [*GROUP_TASKS, *DOWNSTREAM_TASKS], n=3, cutoff=0.6)
             raise ValueError(f"unknown task or group {n!r}" + (f" (closest: {', '.join(close)})" if close else "")
-                             + f"; groups: {', '.join(GROUPS)}; tasks: {', '.join(DOWNSTREAM_TASKS)}")
+                             + f"; groups: {', '.join(GROUP_TASKS)}; tasks: {', '.join(DOWNSTREAM_TASKS)}")
     return list(dict.fromkeys(out))

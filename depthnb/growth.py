@@ -6,14 +6,13 @@
 from __future__ import annotations
 
 import copy
-import math
 import re
 from dataclasses import replace
 
 import torch
 import torch.nn as nn
 
-from .config import STACK_METHODS, check_block_size
+from .config import GROWTH_OPS
 from .hf import HFCausalLM, decoder_layers, hf_field, hf_stage_config, is_hf_model
 from .model import DecoderLM
 
@@ -22,21 +21,14 @@ __all__ = ['GROW_OPS', 'PER_LAYER_CONFIG', 'grow_layout', 'grow_model', 'grow_op
            'grow']
 
 # %% ../nbs/06_growth.ipynb #353fb4d8
-GROW_OPS = tuple(m for m in STACK_METHODS if m != "baseline")  # gradstack, midas, progressive
+GROW_OPS = tuple(name for name, op in GROWTH_OPS.items() if op.layout is not None)  # gradstack, midas, progressive
 
 
 def grow_layout(n_layers: int, op: str, block_size: int | None = None) -> list[int]:
-    "Source layer (0-based) of every layer of the model grown from `n_layers` layers by `op`."
+    "Source layer (0-based) of every layer of the model grown from `n_layers` layers by `op` (`config.GROWTH_OPS`)."
     if op not in GROW_OPS:
         raise ValueError(f"grow: op={op!r} is not one of {list(GROW_OPS)}")
-    layers = list(range(n_layers))
-    if op == "progressive":  # the whole model is one block; block_size is not used
-        return layers + layers
-    check_block_size(block_size, n_layers, name=f"grow {op}: block_size")
-    n = n_layers // block_size
-    m = n if op == "gradstack" else math.ceil(n / 2)  # 1-based index of the block that is copied
-    end = m * block_size
-    return layers[:end] + layers[end - block_size:end] + layers[end:]
+    return GROWTH_OPS[op].layout(n_layers, block_size)
 
 # %% ../nbs/06_growth.ipynb #15b5248a
 def _unwrap(model: nn.Module) -> DecoderLM:

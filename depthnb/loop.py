@@ -26,8 +26,8 @@ from .parallel import FullCheckpoints, ShardedCheckpoints, ranks_lock
 
 
 # %% auto #0
-__all__ = ['NonFiniteLossError', 'check_finite', 'run_disk_need', 'job_lock', 'finished_run', 'LoopSchedule', 'Window',
-           'LoopHooks', 'resume', 'train_loop']
+__all__ = ['TIGHT_DISK_MARGIN', 'NonFiniteLossError', 'check_finite', 'run_disk_need', 'disk_note', 'job_lock', 'finished_run',
+           'LoopSchedule', 'Window', 'LoopHooks', 'resume', 'train_loop']
 
 # %% ../nbs/05_loop.ipynb #f2f5b112
 class NonFiniteLossError(FloatingPointError):
@@ -46,6 +46,18 @@ def check_finite(loss: float, grad_norm: float, step: int, run_dir: Path, last_c
 def run_disk_need(n_params: int, n_snapshots: int, keep: int = KEEP_CHECKPOINTS) -> int:
     "Bytes a run's files take at most: `keep` checkpoints and one being written (fp32 weights, two optimizer moments), snapshots, final weights."
     return 4 * n_params * (3 * (keep + 1) + n_snapshots + 1)
+
+
+TIGHT_DISK_MARGIN = 2**30  # bytes: less than this (or the run's need) left once a run has written its files is tight
+
+
+def disk_note(run_dir: Path, need: int, free: int) -> str | None:
+    """The line that says a run's disk space is tight before it starts: when less than its `need` again, or less than
+    TIGHT_DISK_MARGIN, is left once it has written its files; None otherwise (the space free changes from run to
+    run, and a run that fits says nothing about it)."""
+    if free - need >= max(need, TIGHT_DISK_MARGIN):
+        return None
+    return f"{run_dir}: checkpoints and snapshots need up to {need / 2**20:,.0f} MiB; only {free / 2**20:,.0f} MiB free"
 
 
 def job_lock(run_dir: Path | str, info: DistInfo = DistInfo()):
@@ -136,8 +148,8 @@ def train_loop(run_dir: Path | str, model: DecoderLM, optimizer: torch.optim.Opt
     if info.main:  # before the first step, not at the first checkpoint
         need = run_disk_need(model.num_params(), len(schedule.snapshots))
         check_free_space(run_dir, need, "this run's checkpoints and snapshots")
-        say(f"{run_dir}: checkpoints and snapshots need up to {need / 2**20:,.0f} MiB; "
-            f"{free_space(run_dir) / 2**20:,.0f} MiB free")
+        if (note := disk_note(run_dir, need, free_space(run_dir))) is not None:
+            say(note)
     last_ckpt, elapsed = resume(run_dir, model, optimizer, schedule, say, hooks.checkpoints)
     begin = schedule.begin if last_ckpt is None else last_ckpt
     metrics = MetricsLog(run_dir)

@@ -19,7 +19,7 @@ from torch.utils.checkpoint import checkpoint
 
 from .band import (HAS_TRITON, KERNELS, PassMask, band_attention, band_bias_grad, band_bias_grad_masked, band_variant,
                           band_width, bias_score_mod, flex_call, masked_kernel, pass_block_mask)
-from .config import BAND_IMPLS, ModelConfig, resolve_attn_impl
+from .config import ATTN_IMPLS, ModelConfig, resolve_attn_impl
 from .inference import KVCache, greedy_generate
 
 # %% auto #0
@@ -243,7 +243,7 @@ class DecoderLM(nn.Module):
     def _band_width(self) -> int | None:
         "The band of the shifted bias for `attn_impl='band-*'` or `'auto'`, checked for every distance below n_ctx (None: dense path)."
         cfg = self.cfg
-        if (cfg.attn_impl not in BAND_IMPLS and cfg.attn_impl != "auto") or self.rel_bias is None:
+        if ATTN_IMPLS[resolve_attn_impl(cfg.attn_impl, "cuda")].mask != "band" or self.rel_bias is None:
             return None
         # on the CPU also where the model is built on the meta device (FSDP2, the plan's memory checks)
         buckets = relative_position_bucket(torch.arange(cfg.n_ctx, device="cpu"), cfg.rel_buckets, cfg.rel_max_distance)
@@ -333,29 +333,29 @@ def band_mask(model: DecoderLM, n: int, device, mask: PassMask | None = None) ->
     if mask is not None:  # per-sequence masks: FlexAttention on CUDA, the fused CPU kernel here; the PyTorch step
         block = pass_block_mask(mask, n, device) if torch.device(device).type == "cuda" else None
         return BandMask(band, masked_kernel, block, band_bias_grad_masked, mask)
-    impl = resolve_attn_impl(model.cfg.attn_impl, "cuda")
-    if model.cfg.attn_impl == "auto" and not HAS_TRITON:  # a CUDA build of PyTorch without Triton
-        impl = impl.removesuffix("-triton")
+    impl = resolve_attn_impl(model.cfg.attn_impl, "cuda", triton=HAS_TRITON)  # HAS_TRITON: not every CUDA build has it
     # the CPU: its fused kernel and the PyTorch step, or (DEPTHNB_BAND_COMPOSITION=1) the variant's CUDA composition
     kernel, step = band_variant(impl, torch.device(device).type)
     return BandMask(band, KERNELS[kernel], causal_block_mask(n, device) if kernel == "flex" else None, step)
 
 
 def layer_mask(model: DecoderLM, q_pos, k_pos, key_padding=None, dtype=torch.float32, prefix_len=None):
-    "What every layer attends with: a `FlexMask`, `BandMask`, `CAUSAL`, the additive `attention_mask_bias`, or (a prefix) `PrefixMask`."
-    impl = resolve_attn_impl(model.cfg.attn_impl, q_pos.device.type)
-    if (prefix_len is not None or key_padding is not None) and len(q_pos) == len(k_pos) and impl in BAND_IMPLS \
+    """What every layer attends with: a `FlexMask`, `BandMask`, `CAUSAL`, the additive `attention_mask_bias`, or (a
+    prefix) `PrefixMask`; which one, from the mask that `config.ATTN_IMPLS` names for the model's `attn_impl`."""
+    impl = ATTN_IMPLS[resolve_attn_impl(model.cfg.attn_impl, q_pos.device.type)]
+    flex = impl.mask == "flex" and impl.runs_on(q_pos.device.type)  # elsewhere FlexAttention takes the dense path
+    if (prefix_len is not None or key_padding is not None) and len(q_pos) == len(k_pos) and impl.mask == "band" \
             and model.band_width is not None:  # a prefix LM (UL2) or a padded pass, no cached prefix: band attention
         return band_mask(model, len(q_pos), q_pos.device, PassMask(prefix_len, None if key_padding is None
                                                                    else key_padding.bool()))
     if prefix_len is not None:
-        if key_padding is None and impl == "flex" and q_pos.device.type == "cuda":
+        if key_padding is None and flex:
             return flex_mask(model, len(q_pos), q_pos.device, prefix_len)
         return PrefixMask(attention_mask_bias(model, q_pos, k_pos, key_padding, dtype, prefix_len))
     if key_padding is None and len(q_pos) == len(k_pos):  # no padding, no cached prefix
-        if impl == "flex" and q_pos.device.type == "cuda":
+        if flex:
             return flex_mask(model, len(q_pos), q_pos.device)
-        if impl in BAND_IMPLS and model.band_width is not None:
+        if impl.mask == "band" and model.band_width is not None:
             return band_mask(model, len(q_pos), q_pos.device)
         if model.rel_bias is None:
             return CAUSAL

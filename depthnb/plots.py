@@ -23,7 +23,7 @@ from matplotlib.patches import Rectangle
 from .analysis import accuracy_by_depth, relative_perplexity
 from .paper import TASK_NAMES
 from .seeds import latency_fit
-from .config import PrimitiveConfig
+from .config import GROWTH_OPS, PrimitiveConfig
 from .growth import grow_layout
 from .paper import TABLE7_PAPER, table6_title
 from .primitives import PRIMITIVE_TASKS, ft_summary
@@ -535,7 +535,8 @@ def plot_growth(n_layers: int = 6, block_size: int = 2, ops=("midas", "gradstack
                     ls="-" if j in copies else ":")
         ax.set(xlim=(-0.2, 3.0), ylim=(-0.3, max(2 * n_layers, n_layers + block_size) + 0.2), xticks=[0.4, 2.4],
                xticklabels=[f"{n_layers} layers", f"{len(layout)} layers"], yticks=[])
-        ax.set_title("progressive" if op == "progressive" else f"{'MIDAS' if op == 'midas' else 'GradStack'} (b={block_size})")
+        label = GROWTH_OPS[op].label  # progressive copies the whole model: no block size
+        ax.set_title(label if op == "progressive" else f"{label} (b={block_size})")
         ax.grid(False)
     return fig
 
@@ -564,7 +565,7 @@ def plot_stages(n_layers: int = 8, block_size: int = 1, ops=("gradstack", "midas
         k = len(births[op])
         ax.set(xlim=(-0.2, k), ylim=(-0.3, n_layers + 0.2), yticks=[], xlabel="stage",
                xticks=[i + 0.4 for i in range(k)], xticklabels=range(1, k + 1))
-        ax.set_title({"midas": "MIDAS", "gradstack": "GradStack", "progressive": "progressive"}[op] + f" (b={block_size})")
+        ax.set_title(f"{GROWTH_OPS[op].label} (b={block_size})")
         ax.grid(False)
     axes[0].set_ylabel("layer (bottom = first)")
     cmap = ListedColormap(colors)

@@ -10,13 +10,13 @@ from pathlib import Path
 
 from .config import STACK_RUNS, FinetuneConfig, Preset, PretrainConfig, StackConfig, reserved_ids
 from .presets import get_preset, method_stack, preset_depths, preset_size_class
-from .schedules import stack_config, stage_depths, stage_schedule
+from .schedules import stack_config, stack_stages
 from .solver import model_config
 
 # %% auto #0
 __all__ = ['pretrain_config', 'stack_pretrain_config', 'finetune_config', 'pretrain_run_dir', 'finetune_run_dir',
-           'stack_run_name', 'stack_run_dir', 'stack_finetune_run_dir', 'RunSpec', 'family_run', 'stack_stages',
-           'stack_run', 'family_runs', 'stack_runs']
+           'stack_run_name', 'stack_run_dir', 'stack_finetune_run_dir', 'RunSpec', 'family_run', 'stack_run',
+           'family_runs', 'stack_runs']
 
 # %% ../nbs/06e_runspecs.ipynb #f65a99a5
 def _device(preset: Preset, device: str) -> str:
@@ -109,19 +109,14 @@ def family_run(preset: Preset | str, size_class, n_layers: int, seed: int = 0) -
                    pretrain_run_dir(p, sc, n_layers, seed), sc.name)
 
 
-def stack_stages(stack: StackConfig, n_layers: int, steps: int) -> tuple[tuple[int, int], ...]:
-    "(depth, steps) of each stage a `stack` run of a final `n_layers` trains (a baseline: one); `ValueError` if none fit."
-    depths = stage_depths(n_layers, stack.block_size, stack.method)
-    return tuple(zip(depths, stage_schedule(steps, len(depths), stack.alpha, stack.schedule)))
-
-
 def stack_run(preset: Preset | str, method: str, seed: int = 0) -> RunSpec:
     "The stacking study's run of `method` (one of `STACK_RUNS`) with `seed`; `ValueError` where its stages do not fit."
     p = get_preset(preset)
     stack = method_stack(p, method)
     config = stack_pretrain_config(p, seed, looped=method == "looped")
-    return RunSpec("stack", f"{method} s{seed}", config, stack_stages(stack, config.model.n_layers, config.steps),
-                   stack_run_dir(p, method, seed), preset_size_class(p, p.stack_size_class).name, stack)
+    stages = tuple((s.n_layers, s.steps) for s in stack_stages(config, stack))  # `schedules.stack_stages`
+    return RunSpec("stack", f"{method} s{seed}", config, stages, stack_run_dir(p, method, seed),
+                   preset_size_class(p, p.stack_size_class).name, stack)
 
 
 def family_runs(preset: Preset | str) -> list[RunSpec]:

@@ -5,35 +5,28 @@
 # %% ../nbs/06a_schedules.ipynb #6e1f0a2b
 from __future__ import annotations
 
+import itertools
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from fractions import Fraction
 
 import pandas as pd
 
-from .config import STACK_METHODS, ModelConfig, check_block_size
+from .config import GROWTH_OPS, STACK_METHODS, ModelConfig, PretrainConfig, StackConfig
 from .paper import table1_schedules
-from .presets import SAUNSHI_CLASSES, resolve_size_class
+from .presets import PRESETS, SAUNSHI_CLASSES, resolve_size_class
 from .solver import flops_per_token, model_config
 
 # %% auto #0
-__all__ = ['SCHEDULES', 'TABLE1_SPEEDUPS', 'SAUNSHI_MODELS', 'stage_depths', 'stage_weights', 'stage_schedule', 'stack_config',
-           'speedup', 'speedup_table', 'snapshot_steps']
+__all__ = ['SCHEDULES', 'TABLE1_SPEEDUPS', 'SAUNSHI_MODELS', 'stage_depths', 'stage_weights', 'stage_schedule', 'Stage',
+           'stack_stages', 'stack_config', 'speedup', 'speedup_table', 'snapshot_steps']
 
 # %% ../nbs/06a_schedules.ipynb #3b8e5c71
 def stage_depths(n_layers: int, block_size: int, op: str = "midas") -> list[int]:
-    "Depth of each stage of a stagewise run that ends at `n_layers` (baseline: one stage)."
-    if op == "baseline":
-        return [n_layers]
-    check_block_size(block_size, n_layers)
-    n = n_layers // block_size
-    if op == "progressive":
-        if n & (n - 1):
-            raise ValueError(f"progressive stacking doubles the depth: n_layers/block_size={n} must be a power of 2")
-        return [block_size * 2 ** i for i in range(n.bit_length())]
-    if op not in STACK_METHODS:
+    "Depth of each stage of a stagewise run that ends at `n_layers` (baseline: one stage), as `config.GROWTH_OPS` has it."
+    if op not in GROWTH_OPS:
         raise ValueError(f"op={op!r} is not one of {list(STACK_METHODS)}")
-    return [block_size * i for i in range(1, n + 1)]
+    return GROWTH_OPS[op].stage_depths(n_layers, block_size)
 
 # %% ../nbs/06a_schedules.ipynb #5f22b6d0
 SCHEDULES = ("prop", "uniform", "exponential")
@@ -66,6 +59,32 @@ def stage_schedule(total_steps: int, n_stages: int, alpha: float = 1.0, kind: st
         steps[i] += 1
     return steps
 
+# %% ../nbs/06a_schedules.ipynb #5a9e0c02
+@dataclass(frozen=True)
+class Stage:
+    "Stage `stage` (1-based) of a stagewise run: a `n_layers`-deep model trained on global steps [start, stop)."
+    stage: int
+    n_layers: int
+    start: int
+    stop: int
+
+    @property
+    def steps(self) -> int:
+        return self.stop - self.start
+
+    @property
+    def name(self) -> str:
+        return f"stage{self.stage}_L{self.n_layers}"
+
+
+def stack_stages(config: PretrainConfig, stack: StackConfig) -> list[Stage]:
+    """The stages of a `stack` run that ends at `config.model`'s depth after `config.steps` steps (baseline: one);
+    `ValueError` where none fit."""
+    depths = stage_depths(config.model.n_layers, stack.block_size, stack.method)
+    steps = stage_schedule(config.steps, len(depths), stack.alpha, stack.schedule)
+    bounds = [0, *itertools.accumulate(steps)]
+    return [Stage(i + 1, d, a, b) for i, (d, a, b) in enumerate(zip(depths, bounds, bounds[1:]))]
+
 # %% ../nbs/06a_schedules.ipynb #ed0f89ec
 def stack_config(size_class, n_layers: int, base: ModelConfig | None = None) -> ModelConfig:
     "A size class's baseline widths (its base d_ff) at depth `n_layers`, other options from `base`."
@@ -96,11 +115,8 @@ TABLE1_SPEEDUPS = tuple(  # (model, method, n_layers, block_size, alpha, printed
     for model, method, block, alpha, printed in table1_schedules())
 
 # %% ../nbs/06a_schedules.ipynb #28e354c8
-SAUNSHI_MODELS = {  # Appendix A.1; vocabulary assumed (T5's), not stated in the paper
-    "1B": ModelConfig(d_model=2048, d_attn=2048, n_heads=32, d_ff=5120, n_layers=24, n_vocab=32128, n_ctx=1280),
-    "2B": ModelConfig(d_model=2048, d_attn=2048, n_heads=32, d_ff=5120, n_layers=48, n_vocab=32128, n_ctx=1280),
-    "8B": ModelConfig(d_model=2048, d_attn=2048, n_heads=16, d_ff=16384, n_layers=72, n_vocab=32128, n_ctx=1280),
-}
+SAUNSHI_MODELS = {  # Appendix A.1: the shapes of presets.SAUNSHI_CLASSES at the `saunshi` preset's sequence length
+    name: model_config(sc, sc.n_layers, base=PRESETS["saunshi"].pretrain.model) for name, sc in SAUNSHI_CLASSES.items()}
 
 
 def speedup_table(rows=TABLE1_SPEEDUPS, models=SAUNSHI_MODELS) -> pd.DataFrame:

@@ -5,10 +5,9 @@
 # %% ../nbs/06b_stacking.ipynb #2f9d4e61
 from __future__ import annotations
 
-import itertools
 import json
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import pandas as pd
@@ -24,7 +23,7 @@ from .model import DecoderLM
 from .runs import (atomic_write, is_done, json_lines, mark_done, read_config, read_done, read_metrics,
                           save_weights, write_or_check_config)
 from .runspecs import stack_run
-from .schedules import speedup, stage_depths, stage_schedule
+from .schedules import Stage, speedup, stack_stages
 from .devices import resolve_device
 from .parallel import check_parallel_optimizer, checkpoints_for, init_parallel
 from .optim import make_optimizer
@@ -33,35 +32,10 @@ from .latency import BUSY_OWN_SHARE, cpu_seconds, others_cpu_share, own_cpu_shar
 from .train import pretrain
 
 # %% auto #0
-__all__ = ['Stage', 'stack_stages', 'stage_config', 'grow_state', 'stage_state', 'stack_record', 'stack_train', 'stack_job',
-           'read_stack_run', 'measured_speedup', 'stage_load']
+__all__ = ['stage_config', 'grow_state', 'stage_state', 'stack_record', 'stack_train', 'stack_job', 'read_stack_run',
+           'measured_speedup', 'stage_load']
 
 # %% ../nbs/06b_stacking.ipynb #09bc05bc
-@dataclass(frozen=True)
-class Stage:
-    "Stage `stage` (1-based) of a stagewise run: a `n_layers`-deep model trained on global steps [start, stop)."
-    stage: int
-    n_layers: int
-    start: int
-    stop: int
-
-    @property
-    def steps(self) -> int:
-        return self.stop - self.start
-
-    @property
-    def name(self) -> str:
-        return f"stage{self.stage}_L{self.n_layers}"
-
-
-def stack_stages(config: PretrainConfig, stack: StackConfig) -> list[Stage]:
-    "The stages of a `stack` run that ends at `config.model`'s depth after `config.steps` steps (baseline: one)."
-    depths = stage_depths(config.model.n_layers, stack.block_size, stack.method)
-    steps = stage_schedule(config.steps, len(depths), stack.alpha, stack.schedule)
-    bounds = [0, *itertools.accumulate(steps)]
-    return [Stage(i + 1, d, a, b) for i, (d, a, b) in enumerate(zip(depths, bounds, bounds[1:]))]
-
-
 def stage_config(config: PretrainConfig, n_layers: int) -> PretrainConfig:
     "`config` with the model cut to `n_layers` layers (everything else, the schedule included, unchanged)."
     return replace(config, model=replace(config.model, n_layers=n_layers))

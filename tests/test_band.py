@@ -14,11 +14,11 @@ from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import depthnb.model
-from depthnb.band import (BAND_COMPOSITION_ENV, BAND_STEP_CONFIGS, CPU_STAND_INS, DTYPE_KEYS, KERNELS, PassMask,
+from depthnb.band import (BAND_COMPOSITION_ENV, BAND_STEP_CONFIGS, BAND_STEPS, DTYPE_KEYS, KERNELS, PassMask,
                           aligned_causal, band_attention, band_bias_grad, band_bias_grad_masked, band_bias_grad_triton,
                           band_step_autotuned, band_step_kernel, band_step_launch, band_variant, band_width,
                           bias_score_mod, causal_bias, cpu_kernel, dense_kernel, masked_kernel)
-from depthnb.config import BAND_IMPLS, ModelConfig
+from depthnb.config import ATTN_IMPLS, BAND_IMPLS, ModelConfig
 from depthnb.model import BandMask, DecoderLM, layer_mask, relative_position_bucket
 from depthnb.presets import CPU_CLASS, PRESETS, SAUNSHI_CLASSES, SIZE_CLASSES, TINY_CLASS, resolve_size_class
 
@@ -187,12 +187,12 @@ def model_trains_as_the_dense_path(impl):
     assert band.rel_bias.table.weight.grad[-1].abs().sum() > 0  # the last bucket gets minus the band's sum
 
 
-@pytest.mark.parametrize("impl", [i for i in BAND_IMPLS if not i.endswith("-triton")])
+@pytest.mark.parametrize("impl", [i for i in BAND_IMPLS if ATTN_IMPLS[i].step != "triton"])
 @pytest.mark.parametrize("composition", ["0", "1"])
 def test_model_trains_as_the_dense_path(impl, composition, monkeypatch):
     "Each variant as the CPU runs it by default (the CPU kernel, the PyTorch step) and in its CUDA composition."
     monkeypatch.setenv(BAND_COMPOSITION_ENV, composition)
-    expected = CPU_STAND_INS[impl.removeprefix("band-")] if composition == "1" else "cpu"
+    expected = ATTN_IMPLS[impl].cpu_kernel if composition == "1" else "cpu"
     assert band_variant(impl, "cpu")[0] == expected
     model_trains_as_the_dense_path(impl)
 
@@ -230,7 +230,7 @@ def test_prefix_lm_and_padded_batches_train_as_the_dense_path(impl, monkeypatch)
 def check_model_compositions_interpreted():
     "What the next test runs in a fresh process under Triton's interpreter: the `-triton` variants' compositions."
     for impl in BAND_IMPLS:
-        if impl.endswith("-triton"):
+        if ATTN_IMPLS[impl].step == "triton":
             assert band_variant(impl, "cpu")[1] is band_bias_grad_triton
             model_trains_as_the_dense_path(impl)
 
@@ -369,7 +369,7 @@ def test_triton_band_step_compiles_for_hopper(tmp_path):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("impl", ["flex", "cudnn", "efficient", "split", "flex-triton", "cudnn-triton", "split-triton"])
+@pytest.mark.parametrize("impl", BAND_IMPLS)
 def test_cuda_kernels_match_fp32_dense(impl):
     "On CUDA, in bf16: each fused kernel's values and gradients (the band step's in PyTorch or Triton) against the fp32 dense path."
     from depthnb.model import causal_block_mask
@@ -377,9 +377,9 @@ def test_cuda_kernels_match_fp32_dense(impl):
         torch.manual_seed(d)
         q, k, v, d_out = (torch.randn(2, 4, t, d, device="cuda") for _ in range(4))
         band = torch.randn(4, 113, device="cuda")
-        kernel = impl.removesuffix("-triton")
+        kernel = ATTN_IMPLS[impl].kernel  # as the model runs the variant on CUDA (band.band_variant)
         extra = {"block_mask": causal_block_mask(t, "cuda")} if kernel == "flex" else {}
-        extra["step"] = band_bias_grad_triton if impl.endswith("-triton") else band_bias_grad
+        extra["step"] = BAND_STEPS[ATTN_IMPLS[impl].step]
         mine = values_and_grads(lambda q, k, v, b: band_attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), b,
                                                                   kernel=KERNELS[kernel], **extra).float(),
                                 q, k, v, band, d_out)

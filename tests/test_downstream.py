@@ -22,8 +22,9 @@ from depthnb.cmd_downstream import cli_downstream
 from depthnb.downstream_data import fits_context, gsm8k_finetune_data
 from depthnb.downstream_scoring import (evaluate_config, evaluate_downstream_task, gsm8k_finetune_dir, result_path,
                                         score_run)
-from depthnb.downstream_tasks import DOWNSTREAM_TASKS, GROUPS, lm_eval_config, primitive_config, task_unavailable
+from depthnb.downstream_tasks import DOWNSTREAM_TASKS, lm_eval_config, primitive_config, task_unavailable
 from depthnb.inference import generate_many
+from depthnb.paper import GROUP_TASKS
 from depthnb.model import DecoderLM
 from depthnb.config import to_dict
 from depthnb.runs import run_lock, save_checkpoint, save_weights, sha256_file, write_or_check_config
@@ -214,9 +215,9 @@ def test_registering_depthnb_keeps_lm_evals_models(first):
 
 
 def test_task_registry_covers_the_paper():
-    assert len(GROUPS["closed_book_qa"]) == 4 and len(GROUPS["open_book_qa"]) == 5 and len(GROUPS["math"]) == 6
+    assert len(GROUP_TASKS["closed_book_qa"]) == 4 and len(GROUP_TASKS["open_book_qa"]) == 5 and len(GROUP_TASKS["math"]) == 6
     assert lm_eval_config("gsm8k")["num_fewshot"] == 8
-    assert all(lm_eval_config(t)["num_fewshot"] == 5 for t in GROUPS["math"])
+    assert all(lm_eval_config(t)["num_fewshot"] == 5 for t in GROUP_TASKS["math"])
 
 
 def test_online_only_task_is_one_line(monkeypatch):
@@ -386,8 +387,8 @@ def _rows(method, tasks, acc, calc=False, n=400, missing=None, seed=0):
 def test_downstream_verdicts():
     offline = "not in the local mirror; needs the internet"
     floor = pd.DataFrame([r for m in ("baseline", "midas") for r in
-                          _rows(m, GROUPS["math"], 0.0, True, n=8) + _rows(m, GROUPS["math"], 0.0, False, n=8)
-                          + _rows(m, GROUPS["open_book_qa"], 0, missing=offline)
+                          _rows(m, GROUP_TASKS["math"], 0.0, True, n=8) + _rows(m, GROUP_TASKS["math"], 0.0, False, n=8)
+                          + _rows(m, GROUP_TASKS["open_book_qa"], 0, missing=offline)
                           + _rows(m, ["tydiqa_nocontext"], 0, missing=offline)])
     v = downstream_verdicts(floor).set_index("where")
     assert v.loc["§4.3, Tables 1, 5", "verdict"] == "not testable"
@@ -395,8 +396,8 @@ def test_downstream_verdicts():
     assert v.loc["§3, Tables 1, 4", "verdict"] == v.loc["§4.2, Fig. 3", "verdict"] == "not reproducible here"
     assert f"TyDi QA (GoldP), TyDi QA (no context): {offline}" in v.loc["§4.2, Fig. 3", "evidence"]
     ahead = pd.DataFrame([r for seed, j in enumerate((0.0, 0.01, -0.01)) for r in  # three stacking seeds per method
-                          _rows("baseline", GROUPS["math"], 0.20 + j, True, seed=seed)
-                          + _rows("midas", GROUPS["math"], 0.30 - j / 2, True, seed=seed)
+                          _rows("baseline", GROUP_TASKS["math"], 0.20 + j, True, seed=seed)
+                          + _rows("midas", GROUP_TASKS["math"], 0.30 - j / 2, True, seed=seed)
                           + _rows("baseline", ["gsm8k_finetuned"], 0.10 + j, True, seed=seed)
                           + _rows("midas", ["gsm8k_finetuned"], 0.05 + j / 2, True, seed=seed)
                           + _rows("baseline", ["gsm8k_finetuned"], 0.10 + j, seed=seed)

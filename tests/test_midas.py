@@ -294,7 +294,8 @@ from _train_common import Crash, DataHook, assert_resumed_like, records, small_c
 from depthnb.config import StackConfig, override  # noqa: E402
 from depthnb.presets import load_preset
 from depthnb.cmd_stack import cli_stack  # noqa: E402
-from depthnb.stacking import measured_speedup, stack_job, stack_stages, stack_train  # noqa: E402
+from depthnb.schedules import stack_stages  # noqa: E402
+from depthnb.stacking import measured_speedup, stack_job, stack_train  # noqa: E402
 from depthnb.runs import is_done, latest_checkpoint, load_model, read_metrics  # noqa: E402
 from depthnb.runspecs import stack_pretrain_config, stack_run_dir  # noqa: E402
 from depthnb.optim import lr_at  # noqa: E402

@@ -17,7 +17,7 @@ from depthnb.tools.plan import (GPUS, USABLE_MEMORY, GiB, activation_bytes, form
                                 matmul_params, measured_mfu, memory_per_gpu, n_params, optimizer_state_bytes, plan_table,
                                 position_activation_bytes, study_runs)
 from depthnb.schedules import SAUNSHI_MODELS, TABLE1_SPEEDUPS, speedup
-from depthnb.solver import layer_params, model_config, model_params
+from depthnb.solver import layer_params, model_params
 from depthnb.runspecs import pretrain_config, stack_pretrain_config
 
 SMALL = dict(d_model=32, d_attn=48, n_heads=4, d_ff=72, n_layers=2, n_vocab=300, n_ctx=40)  # no two shapes alike
@@ -35,7 +35,6 @@ def test_saunshi_classes_round_to_their_names():
         layers = sc.n_layers * layer_params(sc.d_model, sc.d_attn, sc.d_ff)
         assert round(layers / 1e9) == billions, (name, layers)  # the layers alone: independent of the vocabulary
         assert math.floor(model_params(sc) / 1e9) == billions, (name, model_params(sc))
-        assert model_config(sc, sc.n_layers, SAUNSHI_MODELS[name]) == SAUNSHI_MODELS[name]  # the same shapes
     assert [model_params(sc) for sc in SAUNSHI_CLASSES.values()] == [1_289_322_496, 2_447_048_704, 8_587_608_064]
 
 

@@ -2,7 +2,8 @@
 per method in Tables 1, 2 and 3-5 of ours (the paper's rows have none), unknown (NA) where a result predates the count."""
 import pandas as pd
 
-from depthnb.downstream_tasks import DOWNSTREAM_TASKS, GROUPS
+from depthnb.downstream_tasks import DOWNSTREAM_TASKS
+from depthnb.paper import GROUP_TASKS
 from depthnb.downstream_tables import downstream_table1, downstream_table2, downstream_task_table, truncated_count
 
 
@@ -14,7 +15,7 @@ def _rows(method, group, tasks, calc, cut):
 def _results():
     rows = []
     for method, cut in (("baseline", 1), ("midas", 2)):
-        rows += _rows(method, "math", GROUPS["math"], True, cut) + _rows(method, "math", GROUPS["math"], False, 10 * cut)
+        rows += _rows(method, "math", GROUP_TASKS["math"], True, cut) + _rows(method, "math", GROUP_TASKS["math"], False, 10 * cut)
         rows += _rows(method, "gsm8k", ["gsm8k"], True, 100 * cut) + _rows(method, "gsm8k", ["gsm8k"], False, 100 * cut)
         rows += _rows(method, "closed_book_qa", ["nq_open", "webqs"], False, 0)
     out = pd.DataFrame(rows)
@@ -23,7 +24,7 @@ def _results():
 
 def test_tables_sum_the_requests_cut_per_method():
     r = _results()
-    n_math = len(GROUPS["math"])
+    n_math = len(GROUP_TASKS["math"])
     t1 = downstream_table1(r, "demo").set_index(["source", "method"]).truncated
     assert t1[("ours", "baseline")] == n_math * 1 and t1[("ours", "midas")] == n_math * 2  # Table 1: with the calculator
     assert t1["paper"].isna().all()
@@ -37,5 +38,5 @@ def test_a_result_without_a_count_leaves_the_sum_unknown():
     r = _results()
     r.loc[(r.method == "midas") & (r.task == "svamp") & r.calculator, "truncated"] = pd.NA
     counts = truncated_count(r[r.group == "math"])
-    assert pd.isna(counts["midas"]) and counts["baseline"] == len(GROUPS["math"]) * 11
+    assert pd.isna(counts["midas"]) and counts["baseline"] == len(GROUP_TASKS["math"]) * 11
     assert truncated_count(r.drop(columns="truncated")).isna().all()  # frames from before the column

@@ -13,7 +13,7 @@ from typing import NamedTuple
 
 import pandas as pd
 
-from ..config import (BAND_IMPLS, CUDA_ATTN_IMPL, STACK_RUNS, BatchSplitError, ModelConfig, Preset, override,
+from ..config import (ATTN_IMPLS, CUDA_ATTN_IMPL, STACK_RUNS, BatchSplitError, ModelConfig, Preset, override,
                             resolve_attn_impl, split_batch)
 from ..presets import STACK_STUDIES, get_preset, preset_depths, repo_root, resolve_size_class
 from ..solver import flops_per_token, layer_params
@@ -80,7 +80,7 @@ def gpu_attn_impl(cfg: ModelConfig, prefix_lm: bool = False) -> str:
     """The attention a run of `cfg` trains with on a GPU: `attn_impl` resolved for CUDA; for prefix-LM batches (UL2) a
     band variant runs FlexAttention under the pass's block mask (`band.masked_kernel`): 'band-flex'."""
     impl = resolve_attn_impl(cfg.attn_impl, "cuda")
-    return "band-flex" if prefix_lm and impl in BAND_IMPLS else impl
+    return "band-flex" if prefix_lm and ATTN_IMPLS[impl].mask == "band" else impl
 
 
 def position_activation_bytes(cfg: ModelConfig, n_ctx: int, checkpoint: bool = False, prefix_lm: bool = False) -> int:
@@ -88,14 +88,9 @@ def position_activation_bytes(cfg: ModelConfig, n_ctx: int, checkpoint: bool = F
     layers = 1 if checkpoint else cfg.n_layers
     if cfg.pos_emb == "rope":
         return layers * 4 * n_ctx * (cfg.d_attn // cfg.n_heads)  # cos and sin for q and k, bf16, per layer
-    impl = gpu_attn_impl(cfg, prefix_lm)
-    if impl in ("flex", "band-flex", "band-flex-triton"):
-        return 4 * cfg.n_heads * n_ctx  # the bias by distance, read inside the kernel
-    if impl.startswith("band-split"):  # the near blocks' bias: (h, n_ctx / 128 blocks, 128, 256), bf16
-        return 2 * cfg.n_heads * n_ctx * 256
-    if impl in BAND_IMPLS:  # SDPA's kernels read a dense bias: detached, in bf16, built once per pass
-        return 2 * cfg.n_heads * n_ctx ** 2
-    return 4 * cfg.n_heads * n_ctx ** 2 + layers * 2 * cfg.n_heads * n_ctx ** 2  # fp32 mask; each layer's bf16 cast
+    # what the implementation's kernel reads (`config.AttnImpl.bias_bytes`): the bias by distance inside the kernel
+    # (flex), a detached dense bf16 bias (SDPA's kernels), the split kernel's near blocks, or SDPA's fp32 mask
+    return ATTN_IMPLS[gpu_attn_impl(cfg, prefix_lm)].bias_bytes(cfg.n_heads, n_ctx, layers)
 
 
 def activation_bytes(cfg: ModelConfig, micro_batch: int, n_ctx: int | None = None, checkpoint: bool = False,

@@ -17,7 +17,7 @@ import pandas as pd
 import torch
 import torch.nn as nn
 
-from ..config import BAND_IMPLS, ModelConfig, PretrainConfig, StackConfig
+from ..config import ATTN_IMPLS, ModelConfig, PretrainConfig, StackConfig
 from ..presets import CPU_CLASS, SIZE_CLASSES, TINY_CLASS
 from ..model import DecoderLM
 from ..solver import model_config
@@ -39,12 +39,13 @@ __all__ = ['ATTN_VARIANTS', 'PRESET_CLASSES', 'CPU_COMPILE_MIN_STEPS', 'PAPER_BA
            'stagewise_run', 'bench_midas']
 
 # %% ../../nbs/91c_scenarios.ipynb #4c8503d3
-ATTN_VARIANTS = {  # name: (ModelConfig.attn_impl, bias table trained?)
-    "sdpa": ("sdpa", True),
-    "flex": ("flex", True),
-    "sdpa-nobiasgrad": ("sdpa", False),  # diagnostic: what training the bias costs
-    "flex-nobiasgrad": ("flex", False),
-    **{impl: (impl, True) for impl in BAND_IMPLS},  # band attention (nbs/02g_band.ipynb)
+_DENSE_AND_FLEX = [name for name, impl in ATTN_IMPLS.items() if impl.mask != "band"]  # sdpa, flex
+# name: (ModelConfig.attn_impl, bias table trained?): every entry of config.ATTN_IMPLS, the dense and flex ones also
+# with the bias table frozen, and a few with liger's loss
+ATTN_VARIANTS = {
+    **{name: (name, True) for name in _DENSE_AND_FLEX},
+    **{f"{name}-nobiasgrad": (name, False) for name in _DENSE_AND_FLEX},  # diagnostic: what training the bias costs
+    **{name: (name, True) for name, impl in ATTN_IMPLS.items() if impl.mask == "band"},  # band attention (02g_band)
     # "+liger": the same with liger-kernel's fused projection + cross-entropy (`ModelConfig.loss_impl`; CUDA)
     **{f"{impl}+liger": (impl, True) for impl in ("band-cudnn-triton", "band-split-triton", "sdpa")},
 }
