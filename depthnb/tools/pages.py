@@ -125,6 +125,8 @@ def notebooks_table(nbs_path: Path, pages: SitePages, link) -> str:
     rows = ["| notebook | what |", "|---|---|"]
     for rel in pages.components + pages.experiments + pages.tooling:
         title, summary = title_and_summary(json.loads((nbs_path / rel).read_text()))
-        what = short_caption(summary or "", 140).replace("|", "\\|")  # its first sentence: the page has the rest
+        summary = re.sub(r"\[([^\]]+)\]\([^)]*\)", r"\1", summary or "")  # its row links the notebook; a link inside
+        # the summary is relative to nbs/, which neither the README nor the site's home page is
+        what = short_caption(summary, 140).replace("|", "\\|")  # its first sentence: the page has the rest
         rows.append(f"| [{rel.with_suffix('').as_posix()}]({link(rel)}) — {title or rel.stem} | {what} |")
     return "\n".join(rows)
