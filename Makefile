@@ -58,9 +58,9 @@ export: install
 	$(BIN)/nbdev_clean
 	$(MAKE) readme
 
-# README.md is nbs/index.ipynb as GitHub Markdown (depthnb.tools.readme, nbs/95c_readme.ipynb).
+# README.md is nbs/index.ipynb as GitHub Markdown (depthnb.tools.readme, nbs/07_tooling/14_readme.ipynb).
 readme: install
-	$(BIN)/python -m depthnb.cmd_docs readme
+	$(BIN)/python -m depthnb.tools.docs_cli readme
 
 # Stored outputs (tables, figures) are what the docs site and GitHub show: refresh them after edits.
 NBS ?= $(wildcard nbs/[0-9]*.ipynb) nbs/index.ipynb
@@ -70,15 +70,15 @@ nbs: install
 	    --ExecutePreprocessor.timeout=1800 "$$nb" >/dev/null 2>&1 || { echo "failed: $$nb"; exit 1; }; done
 	$(BIN)/nbdev_clean
 
-# The docs site: nbdev's processing, then Sphinx + MyST-NB into _docs/ (nbs/95_docs.ipynb says why).
+# The docs site: nbdev's processing, then Sphinx + MyST-NB into _docs/ (nbs/07_tooling/16_docs.ipynb says why).
 # Its requirements (depthnb.tools.docs.DOCS_REQUIREMENTS) are installed into the venv on first use.
 # `make docs DOCS_CHECK=1` also opens the site in headless Chromium (Debian's chromium package)
 # and saves screenshots to runs/docs-screenshots/.
 DOCS_CHECK ?=
 docs: install
-	$(BIN)/python -m depthnb.cmd_docs deps $(if $(DOCS_CHECK),--browser)
+	$(BIN)/python -m depthnb.tools.docs_cli deps $(if $(DOCS_CHECK),--browser)
 	$(BIN)/nbdev_sidebar
-	$(BIN)/python -m depthnb.cmd_docs $(if $(DOCS_CHECK),check,build)
+	$(BIN)/python -m depthnb.tools.docs_cli $(if $(DOCS_CHECK),check,build)
 	@echo "site in _docs/: open _docs/index.html, or serve it with $(BIN)/python -m http.server -d _docs"
 
 # JupyterLab on nbs/, with this venv registered as the kernel "Python (depthnb)" (venv-local by

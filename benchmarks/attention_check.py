@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The GPU check of band attention (nbs/02g_band.ipynb), in one command.
+"""The GPU check of band attention (nbs/01_model/00_band.ipynb), in one command.
 
     python3 benchmarks/attention_check.py                  # CUDA: the check, then `depthnb bench` at 134M and 374M
     python3 benchmarks/attention_check.py --device cpu --shrink --no-bench   # a rehearsal at small shapes
@@ -41,7 +41,7 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # the checkout's depthnb, also where it is not installed
 
-from depthnb.band import (BAND_COMPOSITION_ENV, BAND_STEP_CONFIGS, band_attention, band_bias_grad,  # noqa: E402
+from depthnb.attention.band import (BAND_COMPOSITION_ENV, BAND_STEP_CONFIGS, band_attention, band_bias_grad,  # noqa: E402
                           band_bias_grad_triton, band_step_autotuned, band_step_launch, band_variant, band_width)
 from depthnb.config import ATTN_IMPLS, BAND_IMPLS  # noqa: E402
 from depthnb.model import (RelativePositionBias, attend, attention_mask_bias, flex_mask, layer_mask,  # noqa: E402
@@ -350,7 +350,7 @@ def run_bench(best: str, args, shapes=None) -> int:
         flags = [*SHRUNK_BENCH, "--parts", SHRUNK_PARTS[size_class]] if args.shrink else list(BENCH[size_class])
         if args.bench_parts:  # the parts asked for instead of the shape's own
             flags[flags.index("--parts") + 1] = args.bench_parts
-        cmd = [sys.executable, "-c", "import sys; from depthnb.cmd_bench import cli_bench; sys.exit(cli_bench(sys.argv[1:]))",
+        cmd = [sys.executable, "-c", "import sys; from depthnb.cli.bench import cli_bench; sys.exit(cli_bench(sys.argv[1:]))",
                "--device", args.device, *flags, "--attn-impl", best, "--record", str(args.record),
                "--json", str(Path(args.out) / f"bench_{size_class}.json"), "--note", f"attention check: {best}"]
         print("running:", " ".join(cmd[3:]), flush=True)
@@ -421,7 +421,7 @@ def parse_args(argv=None):
 
 @contextlib.contextmanager
 def compositions(device: str):
-    "On the CPU, each band variant's CUDA composition with the CPU standing in (nbs/02g_band.ipynb), for this check only."
+    "On the CPU, each band variant's CUDA composition with the CPU standing in (nbs/01_model/00_band.ipynb), for this check only."
     before = os.environ.get(BAND_COMPOSITION_ENV)
     if device == "cpu" and before is None:
         os.environ[BAND_COMPOSITION_ENV] = "1"

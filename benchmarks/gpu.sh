@@ -19,7 +19,7 @@ if ! python3 -c "import fastcore" 2>/dev/null && ls .whl/*.whl >/dev/null 2>&1; 
   export PYTHONPATH=$PWD/runs/bench-site
 fi
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
-bench() { python3 -c 'import sys; from depthnb.cmd_bench import cli_bench; sys.exit(cli_bench(sys.argv[1:]))' "$@"; }
+bench() { python3 -c 'import sys; from depthnb.cli.bench import cli_bench; sys.exit(cli_bench(sys.argv[1:]))' "$@"; }
 if command -v nvidia-smi >/dev/null; then  # absent on the CPU (gpu_plan.py's rehearsal)
   nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.max.sm,temperature.gpu --format=csv | tee "$out/gpu_$stage.txt"
 fi

@@ -1,4 +1,4 @@
-"Band attention (nbs/02g_band.ipynb): the T5 bias detached in a fused kernel plus its band gradient equals the dense path."
+"Band attention (nbs/01_model/00_band.ipynb): the T5 bias detached in a fused kernel plus its band gradient equals the dense path."
 import importlib.util
 import os
 import re
@@ -14,7 +14,7 @@ from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import depthnb.model
-from depthnb.band import (BAND_COMPOSITION_ENV, BAND_STEP_CONFIGS, BAND_STEPS, DTYPE_KEYS, KERNELS, PassMask,
+from depthnb.attention.band import (BAND_COMPOSITION_ENV, BAND_STEP_CONFIGS, BAND_STEPS, DTYPE_KEYS, KERNELS, PassMask,
                           aligned_causal, band_attention, band_bias_grad, band_bias_grad_masked, band_bias_grad_triton,
                           band_step_autotuned, band_step_kernel, band_step_launch, band_variant, band_width,
                           bias_score_mod, causal_bias, cpu_kernel, dense_kernel, masked_kernel)
@@ -392,7 +392,7 @@ def test_cuda_kernels_match_fp32_dense(impl):
 @pytest.mark.gpu
 def test_cuda_prefix_and_padded_band_match_fp32_dense():
     "On CUDA, in bf16: a prefix-LM and padded pass (FlexAttention under the pass's block mask, the masked band step)."
-    from depthnb.band import pass_block_mask
+    from depthnb.attention.band import pass_block_mask
     for t, d in ((t, d) for t in (1024, 1000) for d in HEAD_WIDTHS):
         torch.manual_seed(d)
         q, k, v, d_out = (torch.randn(3, 4, t, d, device="cuda") for _ in range(4))

@@ -7,7 +7,7 @@ import torch
 
 from depthnb.tools.scenarios import BenchConfig, bench_model_config
 from depthnb.tools.bench import summarize
-from depthnb.cmd_bench import cli_bench
+from depthnb.cli.bench import cli_bench
 from depthnb.config import ModelConfig
 from depthnb.model import CAUSAL, DecoderLM, FlexMask, attention_mask_bias, flex_mask, layer_mask
 from depthnb.solver import flops_per_token

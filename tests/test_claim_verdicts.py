@@ -17,10 +17,10 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from depthnb.claims_midas import (claim_depth2_at_chance, claim_downstream_beyond_ppl,
+from depthnb.claims.midas import (claim_depth2_at_chance, claim_downstream_beyond_ppl,
                                   claim_isoplots, claim_looped_similarity, claim_midas_beats_gradstack,
                                   claim_midas_cogs, claim_primitives_5shot, claim_primitives_ft, claim_wall_clock)
-from depthnb.claims_petty import (claim_depth_generalizes, claim_depth_lowers_ppl, claim_lexical_not_structural,
+from depthnb.claims.petty import (claim_depth_generalizes, claim_depth_lowers_ppl, claim_lexical_not_structural,
                                   claim_optimal_depth_grows, claim_rank_deficient, claim_saturation,
                                   claim_structural_near_zero, claim_vf_saturates_sooner, claim_wide_ratios_tolerated)
 from depthnb.downstream_tables import DOWNSTREAM_CLAIMS, _paper_gaps

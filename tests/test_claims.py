@@ -1,4 +1,4 @@
-"""Every verdict rule of depthnb.claims_petty and depthnb.claims_midas against its null: on data with no effect (depth labels shuffled within a
+"""Every verdict rule of depthnb.claims.petty and depthnb.claims.midas against its null: on data with no effect (depth labels shuffled within a
 seed, identical across depths, at the floor, the statistic at initialization) it must not say "holds" more often
 than the nominal 5%; on a clear effect it must say "holds"; where the interval excludes the paper's effect size,
 "does not hold"."""
@@ -7,8 +7,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from depthnb.claims_midas import claim_midas_beats_gradstack, claim_midas_cogs, claim_midas_loss_near_baseline
-from depthnb.claims_petty import (claim_depth_generalizes, claim_depth_lowers_ppl, claim_diminishing_returns, claim_equal_loss,
+from depthnb.claims.midas import claim_midas_beats_gradstack, claim_midas_cogs, claim_midas_loss_near_baseline
+from depthnb.claims.petty import (claim_depth_generalizes, claim_depth_lowers_ppl, claim_diminishing_returns, claim_equal_loss,
                                   claim_equal_ppl, claim_latency_linear, claim_lexical_not_structural, claim_narrow_degrades,
                                   claim_rank_deficient, claim_saturation, claim_structural_near_zero)
 from depthnb.seeds import (FLOOR, Interval, half_width, interval_verdict, seeds_for_half_width, shuffle_within_seed,
@@ -327,9 +327,9 @@ def test_power_calculation():
 # --- every rule with the paper's sign and value --------------------------------------------------------------------
 
 def test_paper_effects_have_the_papers_sign_and_value():
-    from depthnb.claims_midas import paper_midas_gaps
+    from depthnb.claims.midas import paper_midas_gaps
     from depthnb.paper import GRADSTACK_GAP
-    from depthnb.claims_petty import (bend, paper_accuracy, paper_contrast, paper_diminishing, paper_log_ppl)
+    from depthnb.claims.petty import (bend, paper_accuracy, paper_contrast, paper_diminishing, paper_log_ppl)
     assert round(paper_log_ppl(1) - paper_log_ppl(2), 3) == 0.385  # Fig. 2: ln(45.7 / 31.1), deeper is lower
     assert round(paper_diminishing(), 3) == 0.308  # Fig. 3a: the 1 -> 2 gain exceeds the 2 -> 4 gain
     assert round(paper_log_ppl(7) - paper_log_ppl(6), 3) == 0.017  # Fig. 3: the narrow end turns up
@@ -414,7 +414,7 @@ def speedup_table(midas, looped, seeds=None, resumed=False) -> pd.DataFrame:
 
 
 def test_wall_clock_against_the_no_flop_saving_control():
-    from depthnb.claims_midas import claim_wall_clock
+    from depthnb.claims.midas import claim_wall_clock
     # the committed cpu numbers: one run each, the looped control's 1.014x is the only error estimate (1 dof)
     assert claim_wall_clock(speedup_table(1.2381, 1.0142))[1] == "inconclusive"
     evidence, verdict = claim_wall_clock(speedup_table(1.2381, 1.0142, resumed=True))
@@ -443,7 +443,7 @@ def similarity_table(midas_minus_gradstack, seeds=1, rng=None) -> pd.DataFrame:
 
 
 def test_similarity_compares_midas_with_gradstack():
-    from depthnb.claims_midas import claim_looped_similarity
+    from depthnb.claims.midas import claim_looped_similarity
     assert claim_looped_similarity(similarity_table(0.05).drop(columns="seed"))[1] == "inconclusive"  # one run each
     assert claim_looped_similarity(similarity_table(0.05, seeds=5))[1] == "holds"
     assert claim_looped_similarity(similarity_table(-0.05, seeds=5))[1] == "does not hold"
@@ -489,7 +489,7 @@ def test_downstream_needs_three_runs_and_an_interval():
 # --- robustness: leave one seed out ----------------------------------------------------------------------------------
 
 def test_a_verdict_one_seed_carries_is_fragile(tmp_path):
-    from depthnb.claims import CLAIMS, FigureTables, check_robust
+    from depthnb.claims.fidelity import CLAIMS, FigureTables, check_robust
     fig4 = next(c for c in CLAIMS if c.where == "Fig. 4" and c.claim.startswith("Deeper"))
     # GeoQuery: every seed gains; passivization: one seed carries the gain (the committed cpu shape)
     gains = [0.025, 0.0325, 0.23, 0.0725, 0.0, 0.0, 0.025, 0.065, 0.0, 0.14]
@@ -558,7 +558,7 @@ def test_midas_loss_paired_over_stacking_seeds():
 # --- the rules' decisions and evidence on small hand-made tables ------------------------------------------------------
 
 def test_structural_near_zero_uses_the_deepest_and_says_so():
-    from depthnb.claims_petty import claim_structural_near_zero
+    from depthnb.claims.petty import claim_structural_near_zero
 
     # structural far above the floor except at the deepest: only the deepest counts
     deep_only = types_table(lambda d: 0.6, lambda d: 0.3 if d < max(DEPTHS) else 0.005, noise=0.003)
@@ -578,8 +578,8 @@ def test_structural_near_zero_uses_the_deepest_and_says_so():
 
 
 def test_table1_speedups_decide_on_the_printed_values(monkeypatch):
-    from depthnb import claims_midas
-    from depthnb.claims_midas import as_printed, claim_table1_speedups, rounded_once
+    from depthnb.claims import midas
+    from depthnb.claims.midas import as_printed, claim_table1_speedups, rounded_once
     from depthnb.schedules import TABLE1_SPEEDUPS, speedup
 
     evidence, verdict = claim_table1_speedups()
@@ -609,7 +609,7 @@ def table1(base_loss, midas_loss, base_avg, midas_avg) -> pd.DataFrame:
 
 
 def test_downstream_beyond_ppl_decides_on_the_relative_changes():
-    from depthnb.claims_midas import claim_downstream_beyond_ppl
+    from depthnb.claims.midas import claim_downstream_beyond_ppl
 
     paper = pd.DataFrame(dict(model=["1B", "1B"], method=["Baseline", "MIDAS"], val_loss=[2.0, 1.99],
                               average=[30.0, 33.0]))
@@ -644,7 +644,7 @@ def iso_table(gaps, tasks=("Copying (random-letter words)", "Copying (real words
 
 
 def test_isoplots_decide_over_seeds_at_matched_loss():
-    from depthnb.claims_midas import claim_isoplots
+    from depthnb.claims.midas import claim_isoplots
 
     evidence, verdict = claim_isoplots(iso_table([0.10, 0.12, 0.14, 0.16]))
     assert verdict == "holds"
@@ -681,7 +681,7 @@ def test_isoplots_decide_over_seeds_at_matched_loss():
 
 
 def test_vf_saturates_sooner_compares_the_bends():
-    from depthnb.claims_petty import claim_vf_saturates_sooner
+    from depthnb.claims.petty import claim_vf_saturates_sooner
 
     rng = np.random.default_rng(31)
     early = lambda d: min(0.2 + 0.25 * d, 0.8)  # noqa: E731  flat from 3 layers on: bends over
@@ -724,7 +724,7 @@ def table6(arithmetic, no_calculator, calculator) -> pd.DataFrame:
 
 
 def test_arithmetic_poor_without_a_calculator():
-    from depthnb.claims_midas import claim_arithmetic_poor
+    from depthnb.claims.midas import claim_arithmetic_poor
 
     evidence, verdict = claim_arithmetic_poor(table6((12.0, 10.0), (15.0, 14.0), (40.0, 45.0)))
     assert verdict == "holds"
@@ -775,7 +775,7 @@ def test_midas_beats_gradstack_proxy_reads_the_papers_gap():
 
 
 def test_similarity_missing_columns_and_midas_below_the_baseline():
-    from depthnb.claims_midas import claim_looped_similarity
+    from depthnb.claims.midas import claim_looped_similarity
     evidence, verdict = claim_looped_similarity(similarity_table(0.05, seeds=5).drop(columns=["gradstack", "midas"]))
     assert (evidence, verdict) == ("no gradstack, midas column: the rule compares MIDAS with GradStack and the baseline",
                                    "not testable")
@@ -794,7 +794,7 @@ def chance_table(depth0, depth2, chance=20.0) -> pd.DataFrame:
 
 
 def test_depth2_at_chance_reads_the_choice_table_only_when_exact_match_decides_nothing():
-    from depthnb.claims_midas import claim_depth2_at_chance
+    from depthnb.claims.midas import claim_depth2_at_chance
     decided = chance_table(depth0=(60.0, 50.0), depth2=(21.0, 19.0))  # beats chance at depth 0, at chance at depth 2
     at_chance = chance_table(depth0=(20.0, 20.0), depth2=(20.0, 20.0))
     evidence, verdict = claim_depth2_at_chance(decided, at_chance, 100)
@@ -821,7 +821,7 @@ def paper_fig6_selection(acc: pd.DataFrame, ppl_by_depth, gap: float = -0.005) -
 
 
 def test_equal_ppl_paper_each_verdict():
-    from depthnb.claims_petty import claim_equal_ppl_paper
+    from depthnb.claims.petty import claim_equal_ppl_paper
 
     falls = lambda d: 70.0 - d  # noqa: E731  deeper models reach the 1-layer PPL
     rises = lambda d: 60.0 + d  # noqa: E731  depth raises perplexity, as at cpu
@@ -863,7 +863,7 @@ def fig7_tables(acc: pd.DataFrame, loss_at_pick, halfwidth: float | None = 0.02)
 
 
 def test_equal_loss_paper_each_verdict():
-    from depthnb.claims_petty import claim_equal_loss_paper
+    from depthnb.claims.petty import claim_equal_loss_paper
 
     effect = accuracy_table(lambda d: 0.2 + 0.1 * d, noise=0.02)
     assert claim_equal_loss_paper(*fig7_tables(effect, lambda d: 0.0195), "geoquery")[1] == "holds"
@@ -944,7 +944,7 @@ def test_busy_timings_are_not_measured():
     flagged.loc[3, "machine_busy"] = True
     evidence, verdict = claim_latency_linear(flagged)
     assert verdict == "not testable" and "not measured: machine busy (1 of 15 timings flagged" in evidence, evidence
-    from depthnb.claims_midas import claim_wall_clock
+    from depthnb.claims.midas import claim_wall_clock
 
     sp = pd.DataFrame(dict(method=["midas", "looped"], flop_speedup=[1.24, 1.0], wall_speedup=[1.24, 1.0],
                            resumed=False, machine_busy=[False, True], own_cpu_share=[0.9, 0.4]))

@@ -10,8 +10,8 @@ import pandas as pd
 import papermill
 import pytest
 
-from depthnb.claims_midas import claim_midas_cogs
-from depthnb.claims_petty import claim_depth_generalizes
+from depthnb.claims.midas import claim_midas_cogs
+from depthnb.claims.petty import claim_depth_generalizes
 from depthnb.commands import threads_for
 from depthnb.config import Preset
 from depthnb.presets import PRESETS, load_preset, preset_depths, preset_stack_seeds, repo_root

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from depthnb import data as D
 from depthnb import sources as S
-from depthnb.cmd_data import cli_data
+from depthnb.cli.data import cli_data
 from depthnb.config import DataConfig
 
 # A small tokenizer keeps the suite fast: 400 pieces from 200 articles (trained once, then cached).

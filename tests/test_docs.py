@@ -1,6 +1,6 @@
 """The docs site in a real browser: build it, serve it on localhost, open every page in headless Chromium.
 
-Needs the docs requirements (`make docs` installs them), Playwright (`python -m depthnb.cmd_docs deps
+Needs the docs requirements (`make docs` installs them), Playwright (`python -m depthnb.tools.docs_cli deps
 --browser`) and Debian's Chromium at /usr/bin/chromium. Without them the tests skip, unless
 DEPTHNB_BROWSER_TESTS=1 (set it where CI installs them) turns a missing piece into a failure.
 Screenshots: runs/docs-screenshots/.
@@ -29,7 +29,7 @@ HOME_MAX_PX = 10_000
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
     missing = docs.missing_requirements(docs.DOCS_REQUIREMENTS + sitecheck.BROWSER_REQUIREMENTS)
-    require(not missing, f"missing {missing}: run `.venv/bin/python -m depthnb.cmd_docs deps --browser`")
+    require(not missing, f"missing {missing}: run `.venv/bin/python -m depthnb.tools.docs_cli deps --browser`")
     require(Path(CHROMIUM).exists(), f"{CHROMIUM} missing: apt-get install chromium")
     t0 = time.time()
     build = docs.build_docs(ROOT, tmp_path_factory.mktemp("site"), log=lambda *a: None)
@@ -113,7 +113,7 @@ def test_results_page_and_experiment_pages(site):
              if "pd.DataFrame(SIZE_CLASSES.values())" in re.sub(r"<[^>]+>", "", c)]
     assert len(cells) == 1 and "cell_output" in cells[0] and "<table" in cells[0] and "374M" in cells[0]
     # the claims pages show their verdicts; the planner its plans
-    assert "depthnb-verdict" in (site.site / "claims_petty.html").read_text()
+    assert "depthnb-verdict" in (site.site / "claims.petty.html").read_text()
     assert "GPU-hours" in (site.site / "plan.html").read_text() and "depthnb-table" in (site.site / "plan.html").read_text()
     # the report as a page: its tables link to the pages that make them, no `<part>` lost as a tag
     report = (site.site / f"report-{presets[0]}.html").read_text()

@@ -18,7 +18,7 @@ from depthnb.presets import get_preset
 from depthnb.data import train_tokenizer
 from depthnb.downstream import (DepthnbLM, apply_calculator, calculator_edit, calculator_step, continuation_ids,
                                 continuation_text, safe_eval, CalculatorError)
-from depthnb.cmd_downstream import cli_downstream
+from depthnb.cli.downstream import cli_downstream
 from depthnb.downstream_data import fits_context, gsm8k_finetune_data
 from depthnb.downstream_scoring import (evaluate_config, evaluate_downstream_task, gsm8k_finetune_dir, result_path,
                                         score_run)

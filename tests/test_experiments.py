@@ -11,7 +11,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 from _train_common import REPRODUCE_OVERRIDES  # noqa: E402
 
-from depthnb.claims_petty import EQUAL_PPL_TOLERANCE  # noqa: E402
+from depthnb.claims.petty import EQUAL_PPL_TOLERANCE  # noqa: E402
 from depthnb.reproduce import EXPERIMENTS  # noqa: E402
 from depthnb.reproduce import ExperimentFailed, reproduce  # noqa: E402
 

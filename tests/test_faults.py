@@ -1,7 +1,7 @@
 """Runs that survive what users do to them: a SIGKILL halfway through writing a checkpoint or a metrics record,
 followed by a rerun that ends bit-identical to an uninterrupted run; and a second process on a busy run, refused
 at once (exit status 2, one line) without touching the first's record; `depthnb reproduce` killed with its
-kernel and workers in the middle of a training notebook, then rerun. Full disks: nbs/02a_runs.ipynb; damaged
+kernel and workers in the middle of a training notebook, then rerun. Full disks: nbs/01_model/03_runs.ipynb; damaged
 caches: tests/test_faults_data.py."""
 import contextlib
 import io
@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _train_common import assert_resumed_like, small_config, small_data  # noqa: E402
 
 from depthnb.runs import latest_checkpoint, load_model, read_metrics  # noqa: E402
-from depthnb.cmd_pretrain import cli_pretrain  # noqa: E402
+from depthnb.cli.pretrain import cli_pretrain  # noqa: E402
 from depthnb.train import pretrain  # noqa: E402
 
 SCRIPT = Path(__file__).parent / "_pretrain_script.py"

@@ -236,7 +236,7 @@ def test_hf_stacking_resumes_bit_identically(hf_runs, data, tmp_path, arch, cras
 
 
 def test_without_transformers_a_command_says_what_to_install(monkeypatch, tmp_path, capsys):
-    from depthnb.cmd_stack import cli_stack
+    from depthnb.cli.stack import cli_stack
     monkeypatch.setitem(sys.modules, "transformers", None)  # import transformers now raises ImportError
     assert cli_stack(["--preset", "tiny", "--set", f"runs_dir={tmp_path}", "--hf-config", "gpt2"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
@@ -244,7 +244,7 @@ def test_without_transformers_a_command_says_what_to_install(monkeypatch, tmp_pa
 
 
 def test_cli_names_a_missing_config_in_one_line(tmp_path, capsys):
-    from depthnb.cmd_stack import cli_stack
+    from depthnb.cli.stack import cli_stack
     assert cli_stack(["--preset", "tiny", "--set", f"runs_dir={tmp_path}", "--hf-config", str(tmp_path / "nope")]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "local Hugging Face cache" in err[0], err

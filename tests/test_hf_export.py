@@ -1,6 +1,6 @@
 """A depthnb run scored by other tools: the run's SentencePiece tokenizer as a transformers tokenizer (depthnb's ids
 and text for every input), a run's model exported with it as a `save_pretrained` folder, and that folder scored by
-lm-eval's own `hf` model — from the shell with the command of nbs/06d_hf_midas.ipynb — with the answers and
+lm-eval's own `hf` model — from the shell with the command of nbs/04_training/10_hf_midas.ipynb — with the answers and
 log-likelihoods the run's own weights and tokenizer give."""
 import pytest
 
@@ -129,7 +129,7 @@ def test_export_hf_command_round_trips(arch, tmp_path, capsys):
     # `depthnb export-hf RUN OUT`: AutoModelForCausalLM loads the same model; AutoTokenizer reads depthnb's tokens with
     # and without trust_remote_code (transformers would give Qwen2 its own tokenizer class, reading other tokens);
     # README.md says what the run is; a second export into the folder is one line, exit 2
-    from depthnb.cmd_export_hf import cli_export_hf
+    from depthnb.cli.export_hf import cli_export_hf
     from depthnb.runs import MetricsLog, write_or_check_config
     sp = train_tokenizer(TEST_DATA, log=None)
     run = tmp_path / "runs" / "test" / "stack" / arch
@@ -187,8 +187,8 @@ TASKS = ("primitive_copy_random", "depthnb_svamp")
 
 
 def documented_command() -> str:
-    "The lm-eval command shown in nbs/06d_hf_midas.ipynb (its `%%bash` cell), as a shell runs it."
-    nb = json.loads((ROOT / "nbs" / "06d_hf_midas.ipynb").read_text())
+    "The lm-eval command shown in nbs/04_training/10_hf_midas.ipynb (its `%%bash` cell), as a shell runs it."
+    nb = json.loads((ROOT / "nbs" / "04_training/10_hf_midas.ipynb").read_text())
     cells = ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"]
     (cell,) = [c for c in cells if c.startswith("%%bash") and "lm_eval --model hf" in c]
     return "\n".join(line for line in cell.splitlines() if not line.startswith(("%%", "#|")))

@@ -71,7 +71,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 def test_graph_is_read():
     graph = import_graph()
-    assert "depthnb.tools.docs" in graph["depthnb.cmd_docs"]  # the command line imports its tooling
+    assert "depthnb.tools.docs" in graph["depthnb.tools.docs_cli"]  # the command line imports its tooling
     assert "depthnb.config" in graph["depthnb.model"]
 
 

@@ -1,7 +1,7 @@
 """JupyterLab, one of the three ways in, in a real browser: start the server `make lab` starts, open a component
 notebook in headless Chromium, run its cells down to the first one with an output, and see that output.
 
-Needs JupyterLab and Playwright (`python -m depthnb.cmd_docs deps --browser`) and Debian's Chromium at
+Needs JupyterLab and Playwright (`python -m depthnb.tools.docs_cli deps --browser`) and Debian's Chromium at
 /usr/bin/chromium. Without them the test skips, unless DEPTHNB_BROWSER_TESTS=1 turns a missing piece into a
 failure (CI sets it where it installs them). Screenshot: runs/lab-screenshots/.
 """
@@ -26,7 +26,7 @@ from depthnb.tools import docs, sitecheck  # noqa: E402
 pytestmark = pytest.mark.browser
 
 ROOT = Path(__file__).resolve().parent.parent
-NOTEBOOK = "01_solver.ipynb"
+NOTEBOOK = "00_foundations/03_solver.ipynb"
 CELL = "pd.DataFrame(SIZE_CLASSES.values())"  # its output lists the paper's size classes
 
 
@@ -40,7 +40,7 @@ def _free_port() -> int:
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
     missing = docs.missing_requirements(sitecheck.BROWSER_REQUIREMENTS)
-    require(not missing, f"missing {missing}: run `.venv/bin/python -m depthnb.cmd_docs deps --browser`")
+    require(not missing, f"missing {missing}: run `.venv/bin/python -m depthnb.tools.docs_cli deps --browser`")
     require(Path(CHROMIUM).exists(), f"{CHROMIUM} missing: apt-get install chromium")
     port, token = _free_port(), secrets.token_hex(16)
     home = tmp_path_factory.mktemp("lab-home")  # workspace and settings of a first-time user

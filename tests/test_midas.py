@@ -293,7 +293,7 @@ from _train_common import Crash, DataHook, assert_resumed_like, records, small_c
 
 from depthnb.config import StackConfig, override  # noqa: E402
 from depthnb.presets import load_preset
-from depthnb.cmd_stack import cli_stack  # noqa: E402
+from depthnb.cli.stack import cli_stack  # noqa: E402
 from depthnb.schedules import stack_stages  # noqa: E402
 from depthnb.stacking import measured_speedup, stack_job, stack_train  # noqa: E402
 from depthnb.runs import is_done, latest_checkpoint, load_model, read_metrics  # noqa: E402

@@ -12,7 +12,7 @@ from depthnb.config import CUDA_ATTN_IMPL, ModelConfig, override, reserved_ids
 from depthnb.devices import PEAK_FLOPS
 from depthnb.model import DecoderLM
 from depthnb.optim import make_optimizer
-from depthnb.cmd_plan import cli_plan
+from depthnb.cli.plan import cli_plan
 from depthnb.tools.plan import (GPUS, USABLE_MEMORY, GiB, activation_bytes, format_plan, planned_family_runs, gpu_attn_impl,
                                 matmul_params, measured_mfu, memory_per_gpu, n_params, optimizer_state_bytes, plan_table,
                                 position_activation_bytes, study_runs)

@@ -109,7 +109,7 @@ def test_equal_loss_notebook_evaluates_every_crossing_densely(tmp_path):
     import pandas as pd
     import papermill
     from _train_common import REPRODUCE_OVERRIDES
-    from depthnb.claims_petty import declared_picks
+    from depthnb.claims.petty import declared_picks
     from depthnb.reproduce import KERNEL_QUIET, experiments_dir, reproduce
     from depthnb.tasks import HELD_OUT_SPLIT
 

@@ -15,7 +15,7 @@ from depthnb.config import ModelConfig, PretrainConfig  # noqa: E402
 from depthnb.inference import KVCache  # noqa: E402
 from depthnb.model import CAUSAL, DecoderLM, PrefixMask, flex_mask, layer_mask  # noqa: E402
 from depthnb.runs import load_model  # noqa: E402
-from depthnb.cmd_pretrain import cli_pretrain  # noqa: E402
+from depthnb.cli.pretrain import cli_pretrain  # noqa: E402
 from depthnb.train import pretrain, pretrain_hooks  # noqa: E402
 from depthnb.runspecs import pretrain_config  # noqa: E402
 from depthnb.config import UL2_RESERVED_IDS, reserved_ids  # noqa: E402
