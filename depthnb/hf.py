@@ -7,10 +7,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import re
-import shutil
-import tempfile
 from dataclasses import replace
 from fractions import Fraction
 from pathlib import Path
@@ -21,17 +17,14 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .config import ModelConfig, PretrainConfig
-from .runs import (atomic_write_text, load_verified, read_config, read_metrics, source_run_dir, weights_step,
-                          weights_to_score)
+from .runs import atomic_write_text, load_verified
 
 # %% auto #0
-__all__ = ['HF_INSTALL', 'HF_CONFIG_FILE', 'SPM_NORMAL', 'SPM_USER_DEFINED', 'SPM_BYTE', 'SPM_UNIGRAM', 'UNMATCHED_SCORE',
-           'TOKENIZER_PROBES', 'TOKENIZER_MODULE', 'MissingExtraError', 'require_transformers', 'is_hf_model',
-           'hf_field', 'shape_config', 'load_hf_config', 'hf_config_with', 'per_layer_fields', 'hf_stage_config',
-           'build_hf', 'decoder_layers', 'mlp_width', 'ffn_width', 'ffn_field', 'HFCausalLM', 'training_hf_config',
-           'save_hf_config', 'read_hf_config', 'empty_hf_model', 'hf_pretrain_config', 'load_hf_model',
-           'hf_param_count', 'hf_width_coefficients', 'hf_solve_ffn', 'hf_depth_config', 'hf_family', 'spm_model_proto',
-           'spm_backend', 'hf_tokenizer', 'hf_tokenizer_problem', 'name_tokenizer_class', 'export_hf', 'model_card']
+__all__ = ['HF_INSTALL', 'HF_CONFIG_FILE', 'MissingExtraError', 'require_transformers', 'is_hf_model', 'hf_field', 'shape_config',
+           'load_hf_config', 'hf_config_with', 'per_layer_fields', 'hf_stage_config', 'build_hf', 'decoder_layers',
+           'mlp_width', 'ffn_width', 'ffn_field', 'HFCausalLM', 'training_hf_config', 'save_hf_config',
+           'read_hf_config', 'empty_hf_model', 'hf_pretrain_config', 'load_hf_model', 'hf_param_count',
+           'hf_width_coefficients', 'hf_solve_ffn', 'hf_depth_config', 'hf_family']
 
 # %% ../nbs/01_model/05_hf.ipynb #ba8ccfe3
 HF_INSTALL = "pip install depthnb[hf]"
@@ -410,200 +403,3 @@ def hf_family(config, depths) -> pd.DataFrame:
         rows.append(dict(n_layers=n, d_ff=f, n_params=count, rel_diff=count / target - 1,
                          ff_ratio=round(config.hidden_size / f, 4), baseline=n == config.num_hidden_layers))
     return pd.DataFrame(rows)
-
-# %% ../nbs/01_model/05_hf.ipynb #0a304e08
-SPM_NORMAL, SPM_USER_DEFINED, SPM_BYTE, SPM_UNIGRAM = 1, 4, 6, 1  # sentencepiece_model.proto: piece types, model type
-UNMATCHED_SCORE = -1e9  # the score of the pieces SentencePiece never matches in text (control, unknown, byte)
-
-
-def spm_model_proto(sp_model):
-    """The `ModelProto` of a SentencePiece model: a depthnb `Tokenizer` (or anything keeping its processor as `.sp`),
-    a `SentencePieceProcessor`, a `.model` file or its bytes."""
-    from sentencepiece import SentencePieceProcessor, sentencepiece_model_pb2
-    sp = getattr(sp_model, "sp", sp_model)
-    if isinstance(sp, SentencePieceProcessor):
-        data = sp.serialized_model_proto()
-    elif isinstance(sp, (str, Path)):
-        data = Path(sp).read_bytes()
-    elif isinstance(sp, bytes):
-        data = sp
-    else:
-        raise TypeError(f"spm_model_proto: {type(sp_model).__name__} is not a SentencePiece model")
-    return sentencepiece_model_pb2.ModelProto.FromString(data)
-
-
-def spm_backend(proto):
-    """A `tokenizers.Tokenizer` that encodes and decodes as the SentencePiece unigram model `proto` does: its pieces
-    and scores, its normalizer's settings (extra-whitespace removal, whitespace escaping, the dummy prefix), its
-    user-defined pieces emitted whole, byte fallback. The pieces SentencePiece keeps out of its lattice (control,
-    unknown and byte pieces) are scored out of reach of the text. Decoding drops the dummy prefix of the first
-    piece only, and decodes each ASCII byte piece on its own, as SentencePiece does (`tokenizers` decodes a run of
-    byte pieces whole, or as one replacement character per byte if the run is not UTF-8)."""
-    require_transformers()
-    from tokenizers import Regex, Tokenizer, decoders, normalizers, pre_tokenizers
-    from tokenizers.models import Unigram
-    spec, norm = proto.trainer_spec, proto.normalizer_spec
-    if spec.model_type != SPM_UNIGRAM:
-        raise ValueError(f"spm_backend: a SentencePiece model of type {spec.model_type} (only unigram models, type "
-                         f"{SPM_UNIGRAM}, which depthnb trains, are converted)")
-    scores = [(p.piece, p.score if p.type in (SPM_NORMAL, SPM_USER_DEFINED) else UNMATCHED_SCORE) for p in proto.pieces]
-    backend = Tokenizer(Unigram(scores, unk_id=spec.unk_id, byte_fallback=spec.byte_fallback))
-    steps = [normalizers.Precompiled(norm.precompiled_charsmap)] if norm.precompiled_charsmap else []
-    if norm.remove_extra_whitespaces:  # only spaces: SentencePiece leaves newlines and tabs alone
-        steps += [normalizers.Replace(Regex(r"\A +| +\z"), ""), normalizers.Replace(Regex(" {2,}"), " ")]
-    if norm.escape_whitespaces:
-        steps.append(normalizers.Replace(" ", "\u2581"))
-    if norm.add_dummy_prefix:  # the prefix is added before a leading space too, which Metaspace alone would skip
-        steps.append(normalizers.Replace(Regex("\\A\u2581"), "\u2581\u2581"))
-    backend.normalizer = normalizers.Sequence(steps)
-    pre = [pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="always", split=False)] if norm.add_dummy_prefix else []
-    if user := sorted((p.piece for p in proto.pieces if p.type == SPM_USER_DEFINED), key=len, reverse=True):
-        pre.append(pre_tokenizers.Split(Regex("|".join(map(re.escape, user))), behavior="isolated"))
-    if pre:
-        backend.pre_tokenizer = pre_tokenizers.Sequence(pre)
-    ascii_bytes = [decoders.Replace(p.piece, chr(int(p.piece[3:5], 16))) for p in proto.pieces
-                   if p.type == SPM_BYTE and int(p.piece[3:5], 16) < 0x80]
-    spaces = (decoders.Metaspace(replacement="\u2581", prepend_scheme="always") if norm.add_dummy_prefix
-              else decoders.Replace("\u2581", " "))
-    backend.decoder = decoders.Sequence(ascii_bytes + [spaces] + ([decoders.ByteFallback()] if spec.byte_fallback else [])
-                                        + [decoders.Fuse()])
-    return backend
-
-
-def hf_tokenizer(sp_model, n_ctx: int | None = None):
-    """depthnb's SentencePiece tokenizer (`sp_model`: see `spm_model_proto`) as a transformers
-    `PreTrainedTokenizerFast` that encodes every text to SentencePiece's ids, special tokens spelt out in it read as
-    text, and decodes them to its text, adding no BOS or EOS (apart from a piece name spelt out in characters the
-    vocabulary lacks, and ids no text encodes to: a non-UTF-8 run of non-ASCII byte pieces, the unknown piece).
-    Its special tokens are the model's (depthnb: pad, eos, unk; no BOS). `n_ctx`: the context the model was
-    trained on, as its `model_max_length`."""
-    transformers = require_transformers()
-    proto = spm_model_proto(sp_model)
-    spec = proto.trainer_spec
-    special = {f"{name}_token": proto.pieces[i].piece for name, i in
-               (("bos", spec.bos_id), ("eos", spec.eos_id), ("unk", spec.unk_id), ("pad", spec.pad_id)) if i >= 0}
-    extra = {} if n_ctx is None else dict(model_max_length=int(n_ctx))
-    return transformers.PreTrainedTokenizerFast(tokenizer_object=spm_backend(proto), split_special_tokens=True,
-                                                clean_up_tokenization_spaces=False, **special, **extra)
-
-
-TOKENIZER_PROBES = ("Fill in blank:\nabc def ___. ->", " a leading space,  two spaces, a tab\tand<sep>",
-                    "x = 3;\n\ny = 2 * x", "ümlaut 日本語 🙂")  # what an exported tokenizer must read as SentencePiece does
-
-
-def hf_tokenizer_problem(folder: Path | str, sp_model, trust_remote_code: bool = False) -> str | None:
-    """Why the tokenizer `AutoTokenizer` loads from `folder` is not the SentencePiece model `sp_model` (it encodes or
-    decodes one of `TOKENIZER_PROBES` otherwise), or None. transformers gives some architectures (Qwen2, Phi-3 and
-    others) their own tokenizer class whatever class a folder names, and such a class does not read a unigram model."""
-    from sentencepiece import SentencePieceProcessor
-    transformers = require_transformers()
-    sp = SentencePieceProcessor(model_proto=spm_model_proto(sp_model).SerializeToString())
-    try:
-        tok = transformers.AutoTokenizer.from_pretrained(str(folder), trust_remote_code=trust_remote_code)
-    except Exception as e:  # e.g. a folder that needs its own code where that is not trusted
-        return f"AutoTokenizer(trust_remote_code={trust_remote_code}) cannot load it ({str(e).strip().splitlines()[0]})"
-    for text in TOKENIZER_PROBES:
-        ids = sp.encode(text)
-        if tok.encode(text) != ids or tok.decode(ids) != sp.decode(ids):
-            config = Path(folder) / "config.json"
-            model_type = json.loads(config.read_text()).get("model_type") if config.exists() else None
-            return (f"AutoTokenizer loads a {type(tok).__name__} for model_type {model_type!r}, which does not tokenize "
-                    f"{text!r} as depthnb's SentencePiece model does")
-    return None
-
-
-TOKENIZER_MODULE = "tokenization_depthnb"  # the file a folder names when transformers would not read its tokenizer
-_TOKENIZER_CODE = '''"""depthnb's SentencePiece tokenizer as a `PreTrainedTokenizerFast` (written by depthnb's export)."""
-from transformers import PreTrainedTokenizerFast
-
-
-class DepthnbTokenizerFast(PreTrainedTokenizerFast):
-    "The tokenizer in tokenizer.json, read as written: transformers' own class for this architecture would read other tokens."
-'''
-
-
-def name_tokenizer_class(folder: Path | str) -> None:
-    """Make `AutoTokenizer` read `folder`'s tokenizer as the `PreTrainedTokenizerFast` it is, where transformers gives
-    the architecture a class of its own (Qwen2's, whatever class the folder names): `tokenizer_config.json` names the
-    class through `auto_map` (transformers then takes the folder's own class without running code), and
-    `tokenization_depthnb.py` holds that class, a plain `PreTrainedTokenizerFast`, for `trust_remote_code=True`."""
-    folder = Path(folder)
-    config_file = folder / "tokenizer_config.json"
-    config = json.loads(config_file.read_text())
-    config.update(tokenizer_class="PreTrainedTokenizerFast",
-                  auto_map={"AutoTokenizer": [None, f"{TOKENIZER_MODULE}.DepthnbTokenizerFast"]})
-    atomic_write_text(config_file, json.dumps(config, indent=2, ensure_ascii=False) + "\n")
-    atomic_write_text(folder / f"{TOKENIZER_MODULE}.py", _TOKENIZER_CODE)
-
-
-def export_hf(path: Path | str, out_dir: Path | str, tokenizer, overwrite: bool = False, card: str | None = None) -> Path:
-    """Write the transformers model of a depthnb run (a run directory, `final.pt`, a snapshot or a checkpoint: what
-    `load_hf_model` reads) and its `tokenizer` (`hf_tokenizer`) as one `save_pretrained` folder `out_dir`, which
-    `AutoModelForCausalLM`, `AutoTokenizer` and lm-eval's `hf` model load; `AutoTokenizer` is checked to load the
-    tokenizer as written (`hf_tokenizer_problem`), with and without `trust_remote_code`, the class named where the
-    architecture's own would read other tokens (`name_tokenizer_class`). The config's special-token ids become the
-    tokenizer's (generation stops at depthnb's EOS). `card`: the folder's `README.md`. `out_dir` is written whole or
-    not at all; an existing one is replaced only with `overwrite=True`."""
-    out = Path(out_dir)
-    if out.exists() and any(out.iterdir()) and not overwrite:
-        raise FileExistsError(f"export_hf: {out} exists and is not empty (overwrite=True replaces it)")
-    model = load_hf_model(path)
-    tok = hf_tokenizer(tokenizer, n_ctx=model.n_ctx)
-    hf = model.hf
-    if len(tok) != hf.config.vocab_size:
-        raise ValueError(f"export_hf: {path}: the model has {hf.config.vocab_size} token embeddings, the tokenizer "
-                         f"{len(tok)} tokens: not the tokenizer of this run")
-    for name in ("bos_token_id", "eos_token_id", "pad_token_id"):
-        for config in (hf.config, getattr(hf, "generation_config", None)):
-            if config is not None:
-                setattr(config, name, getattr(tok, name))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
-        hf.save_pretrained(tmp)
-        tok.save_pretrained(tmp)
-        if card is not None:
-            atomic_write_text(tmp / "README.md", card)
-        if hf_tokenizer_problem(tmp, tokenizer) is not None:
-            name_tokenizer_class(tmp)
-        for trust in (False, True):
-            if problem := hf_tokenizer_problem(tmp, tokenizer, trust_remote_code=trust):
-                raise ValueError(f"export_hf: {path}: {problem}: a tool loading the folder would read other tokens")
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp)
-    return out
-
-# %% ../nbs/01_model/05_hf.ipynb #f95a592e
-def model_card(source: Path | str) -> str:
-    """The model card (`README.md`) of a run's export: what the run is — preset (from its place under `runs/`),
-    method, steps, data, the weights' step, the last validation losses — read from its `config.json` and metrics."""
-    weights = weights_to_score(source)
-    run_dir = source_run_dir(weights)
-    record, state_step = read_config(run_dir), weights_step(weights)
-    config, stack = record.get("config") or {}, record.get("stack") or {}
-    parts = Path(os.path.abspath(run_dir)).parts
-    preset = parts[len(parts) - 1 - parts[::-1].index("runs") + 1] if "runs" in parts[:-1] else "not under runs/"
-    method = (f"{stack['method']} (block size {stack.get('block_size')})" if stack.get("method") not in (None, "baseline")
-              else "baseline (one stage)" if stack else "pretraining")
-    data = config.get("data") or {}
-    corpus = data.get("corpus", "unknown") + (f" {data.get('mixture')}" if data.get("corpus") == "mixture" else "")
-    evals = read_metrics(run_dir, "eval")
-    losses = ("; ".join(f"{s} {g.loss.iloc[-1]:.4f} (step {int(g.step.iloc[-1])})" for s, g in evals.groupby("split"))
-              if len(evals) else "none recorded")
-    hf = read_hf_config(run_dir)
-    return "\n".join([
-        f"# {run_dir.name}", "",
-        f"A `{hf.model_type}` causal LM trained by depthnb (https://github.com/depthnb/depthnb), exported by "
-        "`depthnb export-hf`; it loads with `AutoModelForCausalLM` and `AutoTokenizer`, and scores with lm-eval's "
-        "`hf` model.", "",
-        "| | |", "|---|---|",
-        f"| run | `{run_dir.name}` |", f"| preset | {preset} |", f"| method | {method} |",
-        f"| steps | {config.get('steps', 'unknown')} (these weights: step {state_step}, `{weights.name}`) |",
-        f"| data | {corpus}; tokenizer: SentencePiece, {data.get('vocab_size', hf.vocab_size)} pieces |",
-        f"| validation loss | {losses} |",
-        f"| layers | {hf.num_hidden_layers} |", ""])
-

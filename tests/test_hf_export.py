@@ -17,8 +17,8 @@ import torch  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2Config, LlamaConfig, Qwen2Config  # noqa: E402
 
 from depthnb.data import train_texts, train_tokenizer  # noqa: E402
-from depthnb.hf import (HFCausalLM, build_hf, export_hf, hf_config_with, hf_tokenizer, load_hf_model,  # noqa: E402
-                        save_hf_config)
+from depthnb.hf import HFCausalLM, build_hf, hf_config_with, load_hf_model, save_hf_config  # noqa: E402
+from depthnb.hf_export import export_hf, hf_tokenizer  # noqa: E402
 from depthnb.presets import get_preset  # noqa: E402
 from depthnb.primitives import PRIMITIVE_TASKS, few_shot, holdout_set  # noqa: E402
 from depthnb.runs import save_weights  # noqa: E402

@@ -9,7 +9,8 @@ from pathlib import Path
 
 from ..commands import CommandParser, UsageError
 from ..evaluation import run_tokenizer
-from ..hf import HF_CONFIG_FILE, export_hf, model_card
+from ..hf import HF_CONFIG_FILE
+from ..hf_export import export_hf, model_card
 from ..runs import source_run_dir, weights_to_score
 
 # %% auto #0
