@@ -24,15 +24,16 @@ import nbformat
 import nbformat.v4 as v4
 import pandas as pd
 from .myst import fallback_anchors, myst_notebook, undocumented
-from .pages import SitePages, find_root, notebooks_table, page_name, read_settings, site_pages, source_text
+from .pages import (TOOLING, SitePages, find_root, notebooks_table, page_name, read_settings, site_pages,
+                                  source_text, title_and_summary)
 from .site_results import (experiment_owners, experiment_results, gallery_html, headline_html, page_outputs,
                                         preset_outputs, relative_url, report_markdown, results_markdown, shown_presets,
                                         verdict_table, with_results)
 
 # %% auto #0
 __all__ = ['DOCS_REQUIREMENTS', 'SITE_CSS', 'SITE_JS', 'CLAIM_PAGES', 'PLAN_PAGE', 'PLAN_PRESETS', 'HOME_FOLD_ROWS', 'proc_error',
-           'process_notebooks', 'page_source', 'folded', 'fold_tables', 'mathjax_static', 'sphinx_conf', 'toctree',
-           'insert_after_heading', 'claims_markdown', 'plan_markdown', 'built_sources', 'add_offline_search',
+           'process_notebooks', 'page_source', 'folded', 'fold_tables', 'mathjax_static', 'sphinx_conf', 'layer_title',
+           'toctree', 'insert_after_heading', 'claims_markdown', 'plan_markdown', 'built_sources', 'add_offline_search',
            'DocsBuild', 'missing_requirements', 'install_requirements', 'write_site_source', 'build_docs']
 
 # %% ../../nbs/07_tooling/16_docs.ipynb #a4e80eff
@@ -294,6 +295,13 @@ def sphinx_conf(settings: dict[str, str], mathjax_dir: str | None = None) -> str
         f"{k} = {v!r}\n" for k, v in conf.items())
 
 # %% ../../nbs/07_tooling/16_docs.ipynb #ba954cd1
+def layer_title(nbs_path: Path, folder: str) -> str:
+    "A layer's caption in the navigation: the title of its folder's page (`01_model/index.ipynb`), else the folder's name."
+    page = nbs_path / folder / "index.ipynb"
+    title = title_and_summary(json.loads(page.read_text()))[0] if page.is_file() else None
+    return title or re.sub(r"^\d+_", "", folder).replace("_", " ").capitalize()
+
+
 def toctree(caption: str, entries: list[str]) -> str:
     "A hidden MyST toctree with `caption` over site paths (without `.html`)."
     return "```{toctree}\n:hidden:\n:caption: " + caption + "\n\n" + "\n".join(entries) + "\n```"
@@ -308,7 +316,7 @@ def insert_after_heading(nb, heading: str, markdown: str) -> bool:
     return False
 
 # %% ../../nbs/07_tooling/16_docs.ipynb #4e5f6a7b
-CLAIM_PAGES = {"05_results/05_claims.ipynb": None, "05_results/03_claims_petty.ipynb": ("Petty",), "05_results/04_claims_midas.ipynb": ("Saunshi", "Beyond")}
+CLAIM_PAGES = {"05_analysis/05_claims.ipynb": None, "05_analysis/03_claims_petty.ipynb": ("Petty",), "05_analysis/04_claims_midas.ipynb": ("Saunshi", "Beyond")}
 PLAN_PAGE, PLAN_PRESETS = "07_tooling/00_plan.ipynb", ("small", "paper", "saunshi")
 
 
@@ -496,10 +504,11 @@ def write_site_source(root: Path, pages: SitePages, log=print, preset: str = "ti
             insert_after_heading(out, "## Gallery", gallery_html(root, presets, owners, experiment_page))
             insert_after_heading(out, "## Headline results", headline_html(root, presets, owners, experiment_page))
             strip = lambda nbs: [names[n.as_posix()][:-len(".html")] for n in nbs if n in ok]
-            out.cells.append(nbformat.v4.new_markdown_cell(
-                toctree("Results", results) + "\n\n" + toctree("Guides", strip(pages.guides)) + "\n\n"
-                + toctree("Components", strip(pages.components)) + "\n\n"
-                + toctree("Experiments", strip(pages.experiments)) + "\n\n" + toctree("Tooling", strip(pages.tooling))))
+            layers = {folder: nbs_ for folder, nbs_ in pages.layers().items() if folder != TOOLING}
+            out.cells.append(nbformat.v4.new_markdown_cell("\n\n".join(
+                [toctree("Results", results), toctree("Guides", strip(pages.guides))]
+                + [toctree(layer_title(nbs_path, folder), strip(nbs_)) for folder, nbs_ in layers.items()]
+                + [toctree("Experiments", strip(pages.experiments)), toctree(layer_title(nbs_path, TOOLING), strip(pages.tooling))])))
     if n := sum(map(len, missing_docs.values())):
         log(f"{n} documented functions have no docstring (shown without one): "
             + "; ".join(f"{page}: {', '.join(names_)}" for page, names_ in missing_docs.items() if names_))

@@ -26,7 +26,7 @@ def _relative(target: str, page: str) -> str:
 
 
 def fix_links(text: str, page: str, doc_url: str, notebook_pages: dict[str, str]) -> str:
-    """Make nbdev's links in Markdown `text` work inside this site, seen from `page` (e.g. `solver.html`); `notebook_pages`
+    """Make nbdev's links in Markdown `text` work inside this site, seen from `page` (e.g. `00_foundations/solver.html`); `notebook_pages`
     maps a notebook (`00_foundations/03_solver.ipynb`, `guides/01_running.ipynb`) or a report (`figures/cpu/REPORT.md`) to its page."""
     doc_url = doc_url.rstrip("/")
     # [text](url){key="value" ...}  ->  <a href="url" class="nbdev-link" target="...">text</a>
@@ -40,10 +40,13 @@ def fix_links(text: str, page: str, doc_url: str, notebook_pages: dict[str, str]
     text = re.sub(re.escape(doc_url) + r"/([^)\s\"'#]*)", lambda m: _relative(m.group(1) or "index.html", page), text)
 
     def notebook_link(m):
-        name, anchor = m.group(2), m.group(3) or ""
-        return m.group(1) + _relative(notebook_pages[name], page) + anchor if name in notebook_pages else m.group(0)
+        link, anchor = m.group(2), m.group(3) or ""
+        here = posixpath.normpath(posixpath.join("nbs", posixpath.dirname(page), link))  # the page's notebook is in nbs/
+        candidates = (here.removeprefix("nbs/"), re.sub(r"^(?:\.\./)*(?:nbs/)?", "", link))  # or: from the root
+        name = next((n for n in candidates if n in notebook_pages), None)
+        return m.group(1) + _relative(notebook_pages[name], page) + anchor if name else m.group(0)
 
-    return re.sub(r"(\]\(|href=\")(?:\.\./)*(?:nbs/)?((?:experiments/|guides/)?[\w.-]+\.ipynb|figures/[\w.-]+/REPORT\.md)"
+    return re.sub(r"(\]\(|href=\")((?:\.\./|[\w.-]+/)*[\w.-]+\.ipynb|(?:\.\./)*(?:nbs/)?figures/[\w.-]+/REPORT\.md)"
                   r"(#[^)\"\s]*)?", notebook_link, text)
 
 # %% ../../nbs/07_tooling/13_myst.ipynb #30944f2b

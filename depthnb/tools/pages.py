@@ -15,8 +15,8 @@ from ..reproduce import EXPERIMENTS
 from .site_results import short_caption
 
 # %% auto #0
-__all__ = ['TOOLING_FROM', 'find_root', 'read_settings', 'SitePages', 'is_tooling', 'site_pages', 'split_directives',
-           'front_matter', 'title_and_summary', 'source_text', 'page_name', 'notebooks_table']
+__all__ = ['TOOLING', 'LAYER_FOLDER', 'find_root', 'read_settings', 'SitePages', 'is_tooling', 'layer_notebooks', 'site_pages',
+           'split_directives', 'front_matter', 'title_and_summary', 'source_text', 'page_name', 'notebooks_table']
 
 # %% ../../nbs/07_tooling/12_pages.ipynb #c2f34bde
 def find_root(start: str | Path | None = None) -> Path:
@@ -36,14 +36,15 @@ def read_settings(root: Path) -> dict[str, str]:
     return dict(cp["DEFAULT"])
 
 # %% ../../nbs/07_tooling/12_pages.ipynb #c60680e6
-TOOLING_FROM = 90  # notebooks numbered from here on are the tooling, read after the science
+TOOLING = "07_tooling"  # the layer folder of the tooling, shown after the science and the experiments
+LAYER_FOLDER = re.compile(r"^\d\d_\w+$")  # `01_model`: a layer of the package, read in its number's order
 
 
 @dataclass(frozen=True)
 class SitePages:
     "The notebooks of the site, in navigation order (paths relative to `nbs/`)."
     home: Path
-    components: list[Path]
+    components: list[Path]  # the layers' pages and notebooks, the tooling's left out
     experiments: list[Path]
     tooling: list[Path]
     guides: list[Path] = field(default_factory=list)  # the reference the home page links to, read before the components
@@ -51,26 +52,39 @@ class SitePages:
     def all(self) -> list[Path]:
         return [self.home, *self.guides, *self.components, *self.experiments, *self.tooling]
 
+    def layers(self) -> dict[str, list[Path]]:
+        "The components' and the tooling's pages by layer folder (`01_model`: its page first, then its notebooks)."
+        groups = {}
+        for nb in self.components + self.tooling:
+            groups.setdefault(nb.parts[0], []).append(nb)
+        return groups
+
 
 def is_tooling(nb_rel: Path) -> bool:
-    "Whether a numbered notebook (`07_tooling/00_plan.ipynb`) is one of the tooling's, not the science's."
-    number = re.match(r"\d+", Path(nb_rel).name)
-    return bool(number) and int(number.group()) >= TOOLING_FROM
+    "Whether a notebook (`07_tooling/00_plan.ipynb`) is one of the tooling's, not the science's."
+    return Path(nb_rel).parts[0] == TOOLING
+
+
+def layer_notebooks(nbs_path: Path) -> list[Path]:
+    "Every layer folder's page and numbered notebooks, in reading order (paths relative to `nbs_path`)."
+    folders = sorted(d for d in Path(nbs_path).iterdir() if d.is_dir() and LAYER_FOLDER.match(d.name))
+    return [p.relative_to(nbs_path) for d in folders
+            for p in [d / "index.ipynb"] * (d / "index.ipynb").is_file() + sorted(d.glob("[0-9]*.ipynb"))]
 
 
 def site_pages(nbs_path: Path) -> SitePages:
-    """Index, the guides of `nbs/guides/` (by name), numbered component notebooks (by number), experiment notebooks (in
-    pipeline order), tooling notebooks (by number)."""
+    """Index, the guides of `nbs/guides/` (by name), the layers' pages and notebooks (by folder, then number), the
+    experiment notebooks (in pipeline order), the tooling's (by number)."""
     nbs_path = Path(nbs_path)
     if not (nbs_path / "index.ipynb").is_file():
         raise FileNotFoundError(f"{nbs_path / 'index.ipynb'} is missing: it is the home page and the README's source")
-    numbered = sorted(p.relative_to(nbs_path) for p in nbs_path.glob("[0-9]*.ipynb"))
+    layers = layer_notebooks(nbs_path)
     order = {f"{e.name}.ipynb": i for i, e in enumerate(EXPERIMENTS)}  # pipeline order; unregistered ones last
     experiments = sorted((p.relative_to(nbs_path) for p in (nbs_path / "experiments").glob("*.ipynb")),
                          key=lambda p: (order.get(p.name, len(order)), p.name))
     guides = sorted(p.relative_to(nbs_path) for p in (nbs_path / "guides").glob("*.ipynb"))
-    return SitePages(Path("index.ipynb"), [p for p in numbered if not is_tooling(p)], experiments,
-                     [p for p in numbered if is_tooling(p)], guides)
+    return SitePages(Path("index.ipynb"), [p for p in layers if not is_tooling(p)], experiments,
+                     [p for p in layers if is_tooling(p)], guides)
 
 # %% ../../nbs/07_tooling/12_pages.ipynb #1729c078
 _DIRECTIVE = re.compile(r"^\s*#\s*\|\s*([\w-]+)\s*:?\s*(.*?)\s*$")
@@ -115,18 +129,20 @@ def source_text(source) -> str:
 
 # %% ../../nbs/07_tooling/12_pages.ipynb #b9e2626e
 def page_name(nb_rel: Path) -> str:
-    "The site path nbdev gives a notebook: `00_foundations/03_solver.ipynb` -> `solver.html` (numbers dropped)."
+    "The site path nbdev gives a notebook: `00_foundations/03_solver.ipynb` -> `00_foundations/solver.html`."
     stem = re.sub(r"^\d+[a-zA-Z0-9]*_", "", nb_rel.stem)
     return (nb_rel.parent / f"{stem}.html").as_posix()
 
 
 def notebooks_table(nbs_path: Path, pages: SitePages, link) -> str:
-    "A Markdown table of the component, experiment and tooling notebooks; `link(nb_rel)` gives each row's URL."
+    "A Markdown table of the layers', experiment and tooling notebooks; `link(nb_rel)` gives each row's URL."
     rows = ["| notebook | what |", "|---|---|"]
     for rel in pages.components + pages.experiments + pages.tooling:
         title, summary = title_and_summary(json.loads((nbs_path / rel).read_text()))
         summary = re.sub(r"\[([^\]]+)\]\([^)]*\)", r"\1", summary or "")  # its row links the notebook; a link inside
-        # the summary is relative to nbs/, which neither the README nor the site's home page is
+        # the summary is relative to the notebook's folder, which neither the README nor the site's home page is
         what = short_caption(summary, 140).replace("|", "\\|")  # its first sentence: the page has the rest
-        rows.append(f"| [{rel.with_suffix('').as_posix()}]({link(rel)}) — {title or rel.stem} | {what} |")
+        name = (rel.parent if rel.name == "index.ipynb" else rel.with_suffix("")).as_posix()
+        row = f"[{name}]({link(rel)}) — {title or rel.stem}"
+        rows.append(f"| **{row}** | **{what}** |" if rel.name == "index.ipynb" else f"| {row} | {what} |")
     return "\n".join(rows)
