@@ -63,7 +63,7 @@ readme: install
 	$(BIN)/python -m depthnb.tools.docs_cli readme
 
 # Stored outputs (tables, figures) are what the docs site and GitHub show: refresh them after edits.
-NBS ?= $(wildcard nbs/[0-9]*.ipynb) nbs/index.ipynb
+NBS ?= $(wildcard nbs/[0-9][0-9]_*/*.ipynb) nbs/index.ipynb
 nbs: install
 	@for nb in $(NBS); do echo "executing $$nb"; \
 	  OMP_NUM_THREADS=2 $(BIN)/jupyter nbconvert --to notebook --execute --inplace \

@@ -1,5 +1,5 @@
 """Committed notebook outputs come out the same on every run. None carries the free disk space (a run says it only
-when it is tight: `loop.disk_note`), and the component notebooks (nbs/*.ipynb; the experiments keep no outputs)
+when it is tight: `loop.disk_note`), and the component notebooks (nbs/NN_layer/*.ipynb; the experiments keep no outputs)
 show no wall-clock times, throughputs or dates in their tables and prints: what the clock decides is measured and
 checked in their cells, not displayed, so that re-executing a notebook is not a diff."""
 import json
@@ -56,7 +56,8 @@ def test_no_free_disk_space_in_committed_outputs(path):
     assert not found, f"{path.name} shows the free disk space (run the notebook again):\n" + "\n".join(found)
 
 
-@pytest.mark.parametrize("path", sorted(NBS.glob("*.ipynb")), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", sorted(NBS.glob("*.ipynb")) + sorted(NBS.glob("[0-9][0-9]_*/*.ipynb")),
+                         ids=lambda p: str(p.relative_to(NBS)))
 def test_no_clock_readings_in_component_outputs(path):
     found = clock_readings(output_lines(path))
     assert not found, (f"{path.name} displays what the clock decides; check it in the cell instead of showing it:\n"

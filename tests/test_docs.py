@@ -59,16 +59,16 @@ def test_every_notebook_becomes_a_page(site):
     for page in site.pages:
         assert (site.site / page).is_file(), page
     # the API reference: show_doc entries are headings with nbdev's anchors, readable signatures
-    solver = (site.site / "solver.html").read_text()
+    solver = (site.site / "00_foundations/solver.html").read_text()
     assert 'id="solve_d_ff"' in solver and "depthnb.github.io" not in solver
     # no signature shows the type nbdev infers for a builtin default (myst.html's own code and tests show the raw form)
-    raw = [p for p in site.pages if p != "myst.html" and "builtin_function_or_method" in (site.site / p).read_text()]
+    raw = [p for p in site.pages if p != "07_tooling/myst.html" and "builtin_function_or_method" in (site.site / p).read_text()]
     assert raw == [], raw
     # the Results page comes first in the navigation, after the home page, then the guides; the tooling comes last
     home = (site.site / "index.html").read_text()
     nav = home[home.index('class="bd-links'):]
-    assert (nav.index("results.html") < nav.index("guides/running.html") < nav.index("config.html")
-            < nav.index("experiments/petty_shapes.html") < nav.index('href="plan.html"'))
+    assert (nav.index("results.html") < nav.index("guides/running.html") < nav.index("00_foundations/config.html")
+            < nav.index("experiments/petty_shapes.html") < nav.index('href="07_tooling/plan.html"'))
     # the home page: what the repository shows, the headline verdicts linked, how to run it, where to read on
     for section in ("headline-results", "run-it", "read-on"):
         assert f'id="{section}"' in home, section
@@ -108,13 +108,13 @@ def test_results_page_and_experiment_pages(site):
     # each figure has one caption: the one drawn into its PNG
     assert "<figcaption" not in pretrain and 'class="depthnb-figure"' in pretrain
     # the solver's size-classes cell shows its table
-    solver = (site.site / "solver.html").read_text()
+    solver = (site.site / "00_foundations/solver.html").read_text()
     cells = [c for c in solver.split('class="cell docutils container"')
              if "pd.DataFrame(SIZE_CLASSES.values())" in re.sub(r"<[^>]+>", "", c)]
     assert len(cells) == 1 and "cell_output" in cells[0] and "<table" in cells[0] and "374M" in cells[0]
     # the claims pages show their verdicts; the planner its plans
-    assert "depthnb-verdict" in (site.site / "claims.petty.html").read_text()
-    assert "GPU-hours" in (site.site / "plan.html").read_text() and "depthnb-table" in (site.site / "plan.html").read_text()
+    assert "depthnb-verdict" in (site.site / "05_analysis/claims_petty.html").read_text()
+    assert "GPU-hours" in (site.site / "07_tooling/plan.html").read_text() and "depthnb-table" in (site.site / "07_tooling/plan.html").read_text()
     # the report as a page: its tables link to the pages that make them, no `<part>` lost as a tag
     report = (site.site / f"report-{presets[0]}.html").read_text()
     assert "experiments/petty_shapes.html#petty_table2" in report and "figures//" not in report

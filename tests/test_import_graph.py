@@ -1,5 +1,5 @@
 """The package's import graph has no cycle: every `from .x import`, `from ..x import`, `from depthnb.x import` and
-`import depthnb.x` in depthnb/*.py and depthnb/tools/*.py, read with `ast` (imports inside functions included), is an
+`import depthnb.x` in every module of the package (subpackages included), read with `ast` (imports inside functions included), is an
 edge from the importing module to the imported one; a cycle fails the test, named module by module."""
 import ast
 from pathlib import Path
@@ -36,14 +36,14 @@ def imported(node: ast.AST, module: str, is_package: bool, modules: set[str]) ->
 
 
 def import_graph() -> dict[str, set[str]]:
-    files = sorted(PACKAGE.glob("*.py")) + sorted((PACKAGE / "tools").glob("*.py"))
+    files = sorted(f for f in PACKAGE.rglob("*.py") if f.name != "_modidx.py")
     modules = {module_name(f) for f in files}
     graph = {}
     for f in files:
         m = module_name(f)
         tree = ast.parse(f.read_text(), filename=str(f))
         graph[m] = set().union(*(imported(n, m, f.name == "__init__.py", modules) for n in ast.walk(tree)))
-        graph[m] -= {"depthnb", "depthnb.tools"}  # the packages themselves: only a version and a docstring
+        graph[m] -= {"depthnb", "depthnb.tools", "depthnb.attention", "depthnb.claims"}  # packages: a docstring at most
     return graph
 
 

@@ -109,3 +109,13 @@ def test_every_module_has_its_notebook_in_a_layer_folder():
     exported = {exported_module(NBS / nb) for nb in reading_order()}
     packages = {m for m in modules if (package.parent / m.replace(".", "/") / "__init__.py").is_file()}
     assert modules - exported - packages == set()
+
+
+def test_no_module_imports_a_later_layer():
+    from test_import_graph import import_graph
+
+    order = reading_order()
+    layer = {m: nb.parts[0] for nb in order if (m := exported_module(NBS / nb))}
+    upward = sorted(f"{m} ({layer[m]}) -> {n} ({layer[n]})" for m, imported in import_graph().items() if m in layer
+                    for n in imported if n in layer and layer[n] > layer[m])
+    assert not upward, "imports from a lower layer to a higher one:\n" + "\n".join(upward)

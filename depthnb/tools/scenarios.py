@@ -45,7 +45,7 @@ _DENSE_AND_FLEX = [name for name, impl in ATTN_IMPLS.items() if impl.mask != "ba
 ATTN_VARIANTS = {
     **{name: (name, True) for name in _DENSE_AND_FLEX},
     **{f"{name}-nobiasgrad": (name, False) for name in _DENSE_AND_FLEX},  # diagnostic: what training the bias costs
-    **{name: (name, True) for name, impl in ATTN_IMPLS.items() if impl.mask == "band"},  # band attention (02g_band)
+    **{name: (name, True) for name, impl in ATTN_IMPLS.items() if impl.mask == "band"},  # band attention (01_model/00_band)
     # "+liger": the same with liger-kernel's fused projection + cross-entropy (`ModelConfig.loss_impl`; CUDA)
     **{f"{impl}+liger": (impl, True) for impl in ("band-cudnn-triton", "band-split-triton", "sdpa")},
 }

@@ -25,7 +25,7 @@ __all__ = ['BROWSER_REQUIREMENTS', 'CHROMIUM_FLAGS', 'MATH_PAGES', 'CHECKED_PAGE
 BROWSER_REQUIREMENTS = ("playwright>=1.40", "jupyterlab>=4")  # the docs site and JupyterLab, checked in Chromium
 CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync")
-MATH_PAGES = ("index.html", "solver.html", "model.html")  # each must hold typeset math
+MATH_PAGES = ("index.html", "00_foundations/solver.html", "01_model/model.html")  # each must hold typeset math
 CHECKED_PAGES = MATH_PAGES + ("results.html", "experiments/petty_pretrain.html")  # screenshots: these, full and first screen
 # Text a reader must never see: an absolute path of the machine that built a page, development history, show_doc's
 # placeholder for a missing docstring.
