@@ -489,7 +489,7 @@ def test_downstream_needs_three_runs_and_an_interval():
 # --- robustness: leave one seed out ----------------------------------------------------------------------------------
 
 def test_a_verdict_one_seed_carries_is_fragile(tmp_path):
-    from depthnb.claims.fidelity import CLAIMS, FigureTables, check_robust
+    from depthnb.claims import CLAIMS, FigureTables, check_robust
     fig4 = next(c for c in CLAIMS if c.where == "Fig. 4" and c.claim.startswith("Deeper"))
     # GeoQuery: every seed gains; passivization: one seed carries the gain (the committed cpu shape)
     gains = [0.025, 0.0325, 0.23, 0.0725, 0.0, 0.0, 0.025, 0.065, 0.0, 0.14]

@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from depthnb.claims.fidelity import CHANGE_LOG, VERDICT_RECORD, FigureTables, check_claims, expected_verdicts
+from depthnb.claims import CHANGE_LOG, VERDICT_RECORD, FigureTables, check_claims, expected_verdicts
 from depthnb.presets import experiment_preset
 
 FIGURES = Path(__file__).resolve().parents[1] / "figures"
@@ -83,7 +83,7 @@ def test_the_change_log_holds_the_past_moves():
 
 def test_the_regression_catches_a_broken_rule():
     "The comparison can fail: a rule that always says 'holds' differs from the committed cpu summary."
-    import depthnb.claims.fidelity as claims
+    import depthnb.claims as claims
     broken = [c.__class__(c.paper, c.where, c.claim, c.rule, lambda t: ("broken", "holds")) for c in claims.CLAIMS]
     ours = check_claims(FigureTables(FIGURES / "cpu"), broken)
     committed = read(FIGURES / "cpu" / "fidelity.csv")

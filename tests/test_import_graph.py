@@ -43,7 +43,7 @@ def import_graph() -> dict[str, set[str]]:
         m = module_name(f)
         tree = ast.parse(f.read_text(), filename=str(f))
         graph[m] = set().union(*(imported(n, m, f.name == "__init__.py", modules) for n in ast.walk(tree)))
-        graph[m] -= {"depthnb", "depthnb.tools", "depthnb.attention", "depthnb.claims"}  # packages: a docstring at most
+        graph[m] -= {"depthnb", "depthnb.tools", "depthnb.attention"}  # packages: a docstring at most
     return graph
 
 

@@ -252,7 +252,7 @@ def split_evidence(evidence: str) -> tuple[str, str]:
 
 def claims_paper_says() -> dict[tuple[str, str, str], str]:
     "(paper, where, claim) -> the claim's own statement of the paper's number (`Claim.paper_says`), where it has one."
-    from depthnb.claims.fidelity import CLAIMS
+    from depthnb.claims import CLAIMS
 
     return {(c.paper, c.where, c.claim): c.paper_says for c in CLAIMS if c.paper_says}
 
