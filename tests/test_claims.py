@@ -590,12 +590,12 @@ def test_table1_speedups_decide_on_the_printed_values(monkeypatch):
            "rounding once gives 1.38; the others match either way." in evidence
     m, method, layers, b, a, paper = TABLE1_SPEEDUPS[0]
     wrong = [(m, method, layers, b, a, paper + 0.01), *TABLE1_SPEEDUPS[1:]]
-    monkeypatch.setattr(claims_midas, "TABLE1_SPEEDUPS", wrong)
+    monkeypatch.setattr(midas, "TABLE1_SPEEDUPS", wrong)
     evidence, verdict = claim_table1_speedups()
     assert verdict == "does not hold" and evidence.startswith(f"{n - 1} of {n} rows of Table 1 match")
     once = [r for r in TABLE1_SPEEDUPS if rounded_once(speedup(*r[2:5], op=r[1].lower())) == r[5]]
     assert once and all(as_printed(speedup(*r[2:5])) == r[5] for r in once)
-    monkeypatch.setattr(claims_midas, "TABLE1_SPEEDUPS", once)
+    monkeypatch.setattr(midas, "TABLE1_SPEEDUPS", once)
     evidence, verdict = claim_table1_speedups()
     assert verdict == "holds"
     assert evidence.endswith(f"0 of the {len(once)} matches hold only under double rounding (to 3 decimals, then 2): "
