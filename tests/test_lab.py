@@ -45,6 +45,7 @@ def lab(tmp_path_factory):
     port, token = _free_port(), secrets.token_hex(16)
     home = tmp_path_factory.mktemp("lab-home")  # workspace and settings of a first-time user
     root = tmp_path_factory.mktemp("lab-root")  # a copy: JupyterLab autosaves the notebook it runs
+    (root / NOTEBOOK).parent.mkdir(parents=True)  # the notebook's layer folder, as in nbs/
     shutil.copy(ROOT / "nbs" / NOTEBOOK, root / NOTEBOOK)
     env = {**os.environ, "JUPYTERLAB_WORKSPACES_DIR": str(home / "workspaces"),
            "JUPYTERLAB_SETTINGS_DIR": str(home / "settings"), "JUPYTER_RUNTIME_DIR": str(home / "runtime")}
