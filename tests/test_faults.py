@@ -69,11 +69,14 @@ def test_second_process_on_a_busy_run_is_refused(tmp_path):
     first = subprocess.Popen([sys.executable, "-c", "import sys; from depthnb.cli import main; sys.exit(main())", *args],
                              env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
-        for _ in range(1200):  # until the first process holds the run
-            if (run / ".lock").exists() and (run / ".lock").read_text().startswith("process"):
+        for _ in range(1200):  # until the first process holds the run and has written its config
+            if (run / ".lock").exists() and (run / ".lock").read_text().startswith("process") \
+                    and (run / "config.json").exists():
                 break
             time.sleep(0.1)
-        before = {p: p.stat().st_mtime_ns for p in run.rglob("*") if p.is_file()}
+        # the files a second process would overwrite first; the first process goes on writing its metrics and
+        # checkpoints (and their temporary files) meanwhile, so those cannot tell the two apart
+        before = {p: p.stat().st_mtime_ns for p in (run / ".lock", run / "config.json")}
         err = io.StringIO()
         with contextlib.redirect_stderr(err):
             code = cli_pretrain(args[1:])
