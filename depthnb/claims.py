@@ -14,7 +14,8 @@ import numpy as np
 import pandas as pd
 
 from .downstream_tables import DOWNSTREAM_CLAIMS
-from .paper import TASK_NAMES
+from .paper import (TABLE1_PAPER, TABLE7_PAPER, TASK_NAMES, petty_table3_paper, table1_schedules,
+                           table1_val_loss, table6_paper)
 from .seeds import DECIDED, FLOOR, UNTESTED, combine, pct, robustness
 from .claims_petty import (EQUAL_LOSS_MAX_HALFWIDTH, EQUAL_LOSS_TOLERANCE, EQUAL_PPL_TOLERANCE, LATENCY_CURVE_MARGIN, LATENCY_MAX_SPREAD,
                                   LATENCY_MIN_DEPTHS, LATENCY_MIN_ROUNDS, NoTypes, claim_depth_generalizes,
@@ -30,10 +31,12 @@ from .claims_midas import (claim_arithmetic_poor, claim_depth2_at_chance, claim_
                                   claim_table1_speedups, claim_wall_clock)
 
 # %% auto #0
-__all__ = ['SEEDS', 'CONTRAST', 'CLAIMS', 'DOWNSTREAM_RULE', 'FIDELITY_COLUMNS', 'CHANGE_LOG', 'VERDICT_RECORD', 'REPLAYED',
-           'MIN_REDRAW_SEEDS', 'FigureTables', 'Adaptation', 'Claim', 'adapted_claim', 'check_claim', 'claim_units',
-           'robust_verdict', 'check_robust', 'check_claims', 'expected_verdicts', 'decision_rates', 'fragile_units',
-           'more_seeds']
+__all__ = ['PETTY_FIG4_PAPER', 'SAUNSHI_SPEEDUP_PAPER', 'SAUNSHI_LOSS_PAPER', 'SAUNSHI_WALL_CLOCK_PAPER', 'SAUNSHI_ISOPLOT_PAPER',
+           'SAUNSHI_TABLE6_PAPER', 'SAUNSHI_TABLE7_PAPER', 'PETTY_FIG5_PAPER', 'PETTY_STRUCTURAL_PAPER', 'BEYOND_PAPER',
+           'SEEDS', 'CONTRAST', 'CLAIMS', 'DOWNSTREAM_RULE', 'FIDELITY_COLUMNS', 'CHANGE_LOG', 'VERDICT_RECORD',
+           'REPLAYED', 'MIN_REDRAW_SEEDS', 'FigureTables', 'Adaptation', 'Claim', 'adapted_claim', 'check_claim',
+           'claim_units', 'robust_verdict', 'check_robust', 'check_claims', 'expected_verdicts', 'decision_rates',
+           'fragile_units', 'more_seeds']
 
 # %% ../nbs/08a_claims.ipynb #267f9908
 class FigureTables:
@@ -118,12 +121,51 @@ class Claim:
     rule: str  # the paper's procedure as stated here before the data: statistic, threshold, the null it was tested against
     check: Callable[[FigureTables], tuple[str, str]]
     adapted: Adaptation | None = None  # an adapted procedure, reported beside the paper's
+    # The paper's number (or why it prints none), for the claims whose evidence may state none: the Results page
+    # shows it in the "paper" column where the evidence has no "Paper ..." part of its own.
+    paper_says: str = ""
 
 
 def adapted_claim(claim: Claim) -> Claim:
     "The claim judged by its adapted procedure (as a `Claim`, so that its robustness is checked the same way)."
     a = claim.adapted
     return Claim(claim.paper, claim.where, claim.claim, a.rule, a.check)
+
+
+def _paper_range(values, fmt: str = "{:+.3f}") -> str:
+    "The smallest and largest of `values`, formatted, as `a to b`."
+    return f"{fmt.format(min(values))} to {fmt.format(max(values))}"
+
+
+_T3 = petty_table3_paper().query("size_class == '41M'").set_index("n_layers")
+_T3_ENDS = (_T3.index.min(), _T3.index.max())
+PETTY_FIG4_PAPER = (f"Paper (Table 3, 41M, {_T3_ENDS[0]} -> {_T3_ENDS[1]} layers): " + ", ".join(
+    f"{name} {_T3.loc[_T3_ENDS[0], task]:.1f}% -> {_T3.loc[_T3_ENDS[1], task]:.1f}%" for task, name in TASK_NAMES.items()) + ".")
+_BASE_LOSS = {m: loss for m, meth, _, _, _, loss, *_ in TABLE1_PAPER if meth == "Baseline"}
+_MIDAS_GAPS = [loss - _BASE_LOSS[m] for m, meth, _, _, _, loss, *_ in TABLE1_PAPER if meth == "MIDAS"]
+_SPEEDUPS = {f"Prop-{a}": sorted({s for *_, a_, s in table1_schedules() if a_ == a}) for a in (1, 2, 3)}
+SAUNSHI_SPEEDUP_PAPER = ("Paper (Table 1's speedup column, " + str(len(table1_schedules())) + " stacked rows): "
+                         + "; ".join(f"{k} {', '.join(f'{v:.2f}' for v in vs)}" for k, vs in _SPEEDUPS.items()) + ".")
+SAUNSHI_LOSS_PAPER = (f"Paper (Table 1): MIDAS minus baseline validation loss {_paper_range(_MIDAS_GAPS)} over its "
+                      f"{len(_MIDAS_GAPS)} MIDAS rows (1B Prop-2, block 4: {table1_val_loss('1B', 'MIDAS', 4, 'Prop-2'):.3f} "
+                      f"vs {_BASE_LOSS['1B']:.3f}).")
+SAUNSHI_WALL_CLOCK_PAPER = ("Paper (§4, Table 1): MIDAS with Prop-2 is \"24% faster\" (the speedup column, 1.24x, counted "
+                            "from the schedule's layers); it prints no wall-clock time.")
+_T6 = table6_paper()
+_T6_LEAD = int((_T6.midas > _T6.baseline).sum())
+SAUNSHI_ISOPLOT_PAPER = (f"Paper (Fig. 4: plots, no numbers printed): at equal log perplexity MIDAS and the baseline "
+                         f"diverge, differently per task group; Table 6 (1B Prop-2) has MIDAS ahead on {_T6_LEAD} of its "
+                         f"{len(_T6)} primitive rows.")
+_T6_PRIMITIVES = _T6[_T6.task.str.startswith(("copy", "var_"))]
+SAUNSHI_TABLE6_PAPER = (f"Paper (Table 6, mean of its {len(_T6_PRIMITIVES)} copying and variable-assignment rows): MIDAS "
+                        f"{_T6_PRIMITIVES.midas.mean():.1f}%, baseline {_T6_PRIMITIVES.baseline.mean():.1f}%.")
+SAUNSHI_TABLE7_PAPER = (f"Paper (Table 7, mean of its {len(TABLE7_PAPER)} tasks): MIDAS "
+                        f"{np.mean([r[1] for r in TABLE7_PAPER]):.1f}%, baseline {np.mean([r[3] for r in TABLE7_PAPER]):.1f}%.")
+PETTY_FIG5_PAPER = ("Paper (Fig. 5: a plot of one run per condition, no numbers printed): lexical generalization rises "
+                    "with depth on COGS and COGS-vf, structural does not meaningfully improve.")
+PETTY_STRUCTURAL_PAPER = ("Paper (Fig. 5: a plot, no numbers printed): structural accuracy stays near 0 at every depth, "
+                          "the largest models included.")
+BEYOND_PAPER = "None: not a claim of either paper (the question this repository adds), so there is no paper value."
 
 
 SEEDS = "per pretraining seed, 95% t-interval over seeds"
@@ -151,7 +193,7 @@ CLAIMS = [
           "0, does not hold below 0; null: the same curve in every class; needs two size classes",
           lambda t: claim_wide_ratios_tolerated(t("pretrain_final_ppl"), t.ppl_split)),
     Claim("Petty", "Fig. 4", "Deeper models generalize better compositionally", CONTRAST + "; not testable at the floor",
-          lambda t: claim_depth_generalizes(t("finetune_accuracy"))),
+          lambda t: claim_depth_generalizes(t("finetune_accuracy")), paper_says=PETTY_FIG4_PAPER),
     Claim("Petty", "Fig. 4", "The benefit saturates: most of the gain comes by the middle depth",
           f"(shallowest->middle gain) - (middle->deepest gain) {SEEDS}, only where the Fig. 4 contrast holds; "
           "null: no depth effect (then not testable) and a linear rise (interval spans 0)",
@@ -160,10 +202,10 @@ CLAIMS = [
           f"COGS-vf's bend minus COGS's {SEEDS}; needs COGS", lambda t: claim_vf_saturates_sooner(t("finetune_accuracy"))),
     Claim("Petty", "Fig. 5", "Depth helps lexical more than structural generalization",
           f"lexical minus structural deepest-minus-shallowest gain {SEEDS}; not testable with lexical at the floor",
-          lambda t: claim_lexical_not_structural(generalization_types(t))),
+          lambda t: claim_lexical_not_structural(generalization_types(t)), paper_says=PETTY_FIG5_PAPER),
     Claim("Petty", "§3.2, Fig. 5", "Structural generalization stays near zero even for the deepest models",
           f"deepest model's structural accuracy {SEEDS}, below {pct(FLOOR)}; not testable while lexical is at the floor too",
-          lambda t: claim_structural_near_zero(generalization_types(t))),
+          lambda t: claim_structural_near_zero(generalization_types(t)), paper_says=PETTY_STRUCTURAL_PAPER),
     Claim("Petty", "Fig. 6", "At equal pretraining perplexity, deeper models still generalize better",
           "Petty §3.3, Fig. 6: the shallowest model's final PPL is the reference, each deeper model fine-tuned from the "
           "checkpoint where it first reaches it; not testable where no deeper model reaches it (depth does not lower "
@@ -205,7 +247,7 @@ CLAIMS = [
           "null: the init spectra (rho +1 already), depths permuted",
           lambda t: claim_rank_deficient(t("petty_fig9_rank_summary"))),
     Claim("Saunshi", "Table 1", "The speedup column follows from the layer-count FLOP model", "exact arithmetic",
-          lambda t: claim_table1_speedups()),
+          lambda t: claim_table1_speedups(), paper_says=SAUNSHI_SPEEDUP_PAPER),
     Claim("Saunshi", "Table 1", "MIDAS reaches about the baseline's validation loss with fewer FLOPs",
           "non-inferiority: MIDAS minus baseline final validation loss per stacking seed (midas_valid_loss), 95% "
           "t-interval over seeds, below the paper's largest gap at its schedule closest to ours (same Prop-alpha, "
@@ -214,7 +256,8 @@ CLAIMS = [
           lambda t: claim_midas_loss_near_baseline(t("midas_table1"), t("midas_table1_paper"),
                                                    t.optional("pretrain_final_ppl"), t.ppl_split,
                                                    t("midas_valid_loss") if t.optional("midas_valid_loss") is not None
-                                                   else None, t.optional("midas_valid_curve"))),
+                                                   else None, t.optional("midas_valid_curve")),
+          paper_says=SAUNSHI_LOSS_PAPER),
     Claim("Saunshi", "Table 1", "MIDAS has lower validation loss than GradStack",
           "GradStack minus MIDAS; holds above 0, does not hold below 0.017; one run per method: at most inconclusive, "
           "with the depth family's seed-to-seed sd as a proxy interval in the evidence",
@@ -226,17 +269,18 @@ CLAIMS = [
           "ln of MIDAS's measured wall-clock speedup minus the looped control's (same depth and steps, no FLOP saved), "
           "paired per seed, else one run each with the control's deviation from 1x as the error (1 degree of freedom); "
           "holds above 0, does not hold below ln of the FLOP speedup; a resumed run: not measured, not testable",
-          lambda t: claim_wall_clock(t("midas_speedup"))),
+          lambda t: claim_wall_clock(t("midas_speedup")), paper_says=SAUNSHI_WALL_CLOCK_PAPER),
     Claim("Saunshi", "Fig. 2", "MIDAS's layers stay more alike than GradStack's and the baseline's (like a looped model)",
           "MIDAS minus GradStack adjacent-layer similarity, mean over weight types, per seed, 95% t-interval; holds above "
           "0, does not hold below 0 or where MIDAS is not above the baseline on every weight type; one run per method: "
           "inconclusive", lambda t: claim_looped_similarity(t("midas_similarity_adjacent"))),
     Claim("Saunshi", "§4.1, Fig. 4", "At the same validation loss, MIDAS beats the baseline on the reasoning primitives",
           f"MIDAS minus baseline at matched loss {SEEDS}; not testable at 0%",
-          lambda t: claim_isoplots(t("midas_fig4_isoplots"))),
+          lambda t: claim_isoplots(t("midas_fig4_isoplots")), paper_says=SAUNSHI_ISOPLOT_PAPER),
     Claim("Saunshi", "Table 6", "MIDAS beats the baseline on 5-shot reasoning primitives",
           "not testable unless a model beats a guesser; one model per method: at most inconclusive",
-          lambda t: claim_primitives_5shot(t("midas_table6"), t.optional("midas_table6_choice"), t.primitive_n_eval)),
+          lambda t: claim_primitives_5shot(t("midas_table6"), t.optional("midas_table6_choice"), t.primitive_n_eval),
+          paper_says=SAUNSHI_TABLE6_PAPER),
     Claim("Saunshi", "§5, Table 6", "Depth-2 variable assignment stays at random guessing for both methods",
           "within the 95% binomial band of chance, only where some model beats chance elsewhere",
           lambda t: claim_depth2_at_chance(t("midas_table6"), t.optional("midas_table6_choice"), t.primitive_n_eval)),
@@ -245,12 +289,13 @@ CLAIMS = [
           lambda t: claim_arithmetic_poor(t("midas_table6"))),
     Claim("Saunshi", "Table 7", "MIDAS beats the baseline after 64-example fine-tuning",
           "not testable unless a model beats a guesser; one model per method: at most inconclusive",
-          lambda t: claim_primitives_ft(t("midas_table7"), t.optional("midas_table7_choice"), t.primitive_n_eval)),
+          lambda t: claim_primitives_ft(t("midas_table7"), t.optional("midas_table7_choice"), t.primitive_n_eval),
+          paper_says=SAUNSHI_TABLE7_PAPER),
     Claim("Beyond", "MIDAS -> COGS", "MIDAS fine-tunes to better compositional generalization than the baseline",
           f"MIDAS minus baseline per stacking seed (same data order within a seed), 95% t-interval over seeds; "
           f"holds above 0, does not hold below 0; one seed per method: not testable; at the floor (the best method's "
           f"mean at most {pct(FLOOR)}): not testable",
-          lambda t: claim_midas_cogs(t("midas_cogs"), t.optional("finetune_accuracy"))),
+          lambda t: claim_midas_cogs(t("midas_cogs"), t.optional("finetune_accuracy")), paper_says=BEYOND_PAPER),
 ]
 DOWNSTREAM_RULE = ("per method, mean exact match of the task group (final weights) with a binomial 95% interval; holds when "
                    "MIDAS's interval clears the baseline's; not testable when every score is 0 (the 95% upper bound is "

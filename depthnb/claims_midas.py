@@ -241,10 +241,10 @@ def claim_wall_clock(sp: pd.DataFrame) -> tuple[str, str]:
         return head + f"the rule needs a MIDAS run and the {CONTROL} control (saves no FLOPs)", "not testable"
     if resumed(midas) or resumed(control):
         return (head + "a resumed run's wall clock counts only each stage's last attempt: not measured, so no speedup "
-                "is read from it", "not testable")
+                "is read from it.", "not testable")
     if busy(midas) or busy(control):
         share = (f" (this run got as little as {sp.own_cpu_share.min():.0%} of its CPU)" if "own_cpu_share" in sp else "")
-        return head + f"not measured: machine busy{share}, so no speedup is read from it", "not testable"
+        return head + f"not measured: machine busy{share}, so no speedup is read from it.", "not testable"
     effect = float(np.log(midas.flop_speedup.iloc[0]))
     pair = midas.set_index("seed").wall_speedup.pipe(np.log) - control.set_index("seed").wall_speedup.pipe(np.log)
     pair = pair.dropna()

@@ -8,7 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from .commands import CommandParser, UsageError, add_family_args, family_from_args, preset_from_args
-from .downstream_tasks import (GROUPS, TASKS_DIR, offline_if_unreachable, score_run, select_tasks,
+from .downstream_scoring import score_run
+from .downstream_tasks import (GROUPS, TASKS_DIR, offline_if_unreachable, select_tasks,
                                       task_unavailable)
 from .runs import is_done, weights_to_score
 from .runspecs import pretrain_run_dir

@@ -5,128 +5,30 @@
 # %% ../nbs/07b_downstream_tasks.ipynb #ed97dfbe
 from __future__ import annotations
 
-import contextlib
 import difflib
 import functools
 import importlib.resources
-import io
-import json
-import logging
 import os
-import re
 import socket
-import sys
-import time
 import urllib.parse
-import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
 
 import datasets
 import lm_eval
-import torch
 import yaml
-from lm_eval.evaluator import evaluate
-from lm_eval.tasks import TaskManager
 from lm_eval.tasks._yaml_loader import load_yaml
 
-from .downstream import DepthnbLM, format_number, safe_eval, CalculatorError
-from .finetune import finetune, run_tokenizer
-from .runspecs import finetune_config
+from .downstream_data import MIRROR_LOADERS
 from .primitives import PRIMITIVE_TASKS, few_shot, holdout_set, score_primitive, get_task
-from .runs import atomic_write_text, load_model, source_run_dir, weights_sha256, weights_step, weights_to_score
+from .runs import atomic_write_text
 from .sources import FetchError, data_path
-from .tasks import HELD_OUT_SPLIT
 
 # %% auto #0
-__all__ = ['DOWNSTREAM_TASKS', 'GROUPS', 'TABLE1_GROUPS', 'LM_EVAL_PREFIX', 'TASKS_DIR', 'FEWSHOT_SEED', 'GSM8K_HELD_OUT',
-           'math_solution', 'load_svamp', 'load_asdiv', 'load_mawps', 'load_gsm8k', 'load_nq_open', 'load_webquestions',
-           'DownstreamTask', 'lm_eval_name', 'hub_unavailable', 'task_unavailable', 'offline_if_unreachable',
-           'mirror_dataset', 'task_yaml_config', 'lm_eval_config', 'primitive_dataset', 'primitive_results',
-           'primitive_yaml_config', 'primitive_config', 'task_yaml', 'lm_eval_task_files', 'write_lm_eval_tasks',
-           'quiet_lm_eval', 'evaluate_config', 'evaluate_downstream_task', 'fits_context', 'ContextTooShort',
-           'gsm8k_finetune_data', 'result_dir', 'gsm8k_finetune_dir', 'finetune_gsm8k', 'result_path', 'scored',
-           'select_tasks', 'score_run']
-
-# %% ../nbs/07b_downstream_tasks.ipynb #9595ac1b
-def _expression(text: str) -> str:
-    "An equation side as the annotations write it: no spaces, `6.0` as `6`."
-    return re.sub(r"(?<![\d.])(\d+)\.0+(?![\d.])", r"\1", text.replace(" ", ""))
-
-
-def math_solution(expression: str | None, answer: float) -> str:
-    "A GSM8k-style solution: `EXPR = <<EXPR=VALUE>>VALUE` and `#### VALUE` (the answer alone if EXPR is not its value)."
-    value = format_number(answer)
-    if expression:
-        expression = _expression(expression)
-        try:
-            if abs(safe_eval(expression) - answer) < 1e-4:
-                return f"{expression} = <<{expression}={value}>>{value}\n#### {value}"
-        except CalculatorError:
-            pass
-    return f"#### {value}"
-
-
-def _math_doc(question: str, expression: str | None, answer: float) -> dict:
-    return {"question": " ".join(question.split()), "answer": math_solution(expression, answer)}
-
-
-def _read_json(file: str):
-    return json.loads(data_path(file).read_text(encoding="utf-8"))
-
-
-def load_svamp() -> dict[str, list[dict]]:
-    "SVAMP's problems from the data mirror as the `test` split of math docs (body and question, worked answer)."
-    return {"test": [_math_doc(f"{d['Body'].strip()} {d['Question'].strip()}", d["Equation"], float(d["Answer"]))
-                     for d in _read_json("svamp/SVAMP.json")]}
-
-
-def load_asdiv() -> dict[str, list[dict]]:
-    """ASDiv's problems with one numeric answer from the data mirror as the `test` split of math docs (ratios and
-    multi-answer problems left out)."""
-    docs = []
-    for p in ET.parse(data_path("asdiv/ASDiv.xml")).getroot().iter("Problem"):
-        answer = p.findtext("Answer").split(" (")[0].strip()
-        try:
-            value = float(answer)
-        except ValueError:  # ratios, several answers: not a single number
-            continue
-        formula = p.findtext("Formula") or ""
-        docs.append(_math_doc(f"{p.findtext('Body').strip()} {p.findtext('Question').strip()}",
-                              formula.rsplit("=", 1)[0] if "=" in formula else None, value))
-    return {"test": docs}
-
-
-def _mawps_expression(equation: str) -> str | None:
-    "The right side of `X=EXPR` (or left of `EXPR=X`); None for equations to solve (`70-x=27`)."
-    left, _, right = equation.replace(" ", "").partition("=")
-    if left.lower() == "x":
-        return right
-    return left if right.lower() == "x" else None
-
-
-def load_mawps(subset: str) -> dict[str, list[dict]]:
-    "The MAWPS `subset`'s problems from the data mirror as the `test` split of math docs (question, worked answer)."
-    return {"test": [_math_doc(d["sQuestion"], _mawps_expression(d["lEquations"][0]), float(d["lSolutions"][0]))
-                     for d in _read_json(f"mawps/{subset}.json")]}
-
-
-def load_gsm8k() -> dict[str, list[dict]]:
-    "GSM8K's train and test splits from the data mirror, one question/answer doc per JSON line."
-    def read(split):
-        return [json.loads(line) for line in data_path(f"gsm8k/{split}.jsonl").read_text().splitlines() if line]
-    return {"train": read("train"), "test": read("test")}
-
-
-def load_nq_open() -> dict[str, list[dict]]:
-    "NQ-Open's dev set from the data mirror (`NQ-open.dev.jsonl`) as the `validation` split of question/answer docs."
-    lines = data_path("nq_open/NQ-open.dev.jsonl").read_text(encoding="utf-8").splitlines()
-    return {"validation": [json.loads(line) for line in lines if line]}
-
-
-def load_webquestions() -> dict[str, list[dict]]:
-    "WebQuestions' test split from the data mirror, as question/answers docs."
-    return {"test": [{"question": d["qText"], "answers": d["answers"]} for d in _read_json("webquestions/test.json")]}
+__all__ = ['DOWNSTREAM_TASKS', 'GROUPS', 'TABLE1_GROUPS', 'LM_EVAL_PREFIX', 'TASKS_DIR', 'DownstreamTask', 'lm_eval_name',
+           'hub_unavailable', 'task_unavailable', 'offline_if_unreachable', 'mirror_dataset', 'task_yaml_config',
+           'lm_eval_config', 'primitive_dataset', 'primitive_results', 'primitive_yaml_config', 'primitive_config',
+           'task_yaml', 'lm_eval_task_files', 'write_lm_eval_tasks', 'select_tasks']
 
 # %% ../nbs/07b_downstream_tasks.ipynb #8cbd52c4
 _LM_EVAL_TASKS = Path(lm_eval.__file__).parent / "tasks"
@@ -253,18 +155,17 @@ def offline_if_unreachable() -> str | None:
 @functools.lru_cache(maxsize=None)
 def _mirror_docs(loader: str) -> datasets.DatasetDict:
     name, _, arg = loader.partition(":")
-    docs = globals()[name](*([arg] if arg else []))
+    docs = MIRROR_LOADERS[name](*([arg] if arg else []))
     return datasets.DatasetDict({split: datasets.Dataset.from_list(rows) for split, rows in docs.items()})
 
 
 def mirror_dataset(depthnb_loader: str, **_) -> datasets.DatasetDict:
     "lm-eval's `custom_dataset` hook of the mirror's tasks: the documents of loader `depthnb_loader` (the task's metadata), read once per process."
-    if depthnb_loader.partition(":")[0] not in _MIRROR_LOADERS:
-        raise ValueError(f"mirror_dataset: unknown loader {depthnb_loader!r}; loaders: {', '.join(_MIRROR_LOADERS)}")
+    if depthnb_loader.partition(":")[0] not in MIRROR_LOADERS:
+        raise ValueError(f"mirror_dataset: unknown loader {depthnb_loader!r}; loaders: {', '.join(MIRROR_LOADERS)}")
     return _mirror_docs(depthnb_loader)
 
 
-_MIRROR_LOADERS = ("load_svamp", "load_asdiv", "load_mawps", "load_gsm8k", "load_nq_open", "load_webquestions")
 TASKS_DIR = Path(str(importlib.resources.files("depthnb"))) / "lm_eval_tasks"  # shipped with the package
 
 
@@ -388,138 +289,7 @@ def write_lm_eval_tasks(folder: str | Path | None = None) -> list[Path]:
         atomic_write_text(folder / name, text)
     return sorted(folder / n for n in files)
 
-# %% ../nbs/07b_downstream_tasks.ipynb #5e5d264c
-FEWSHOT_SEED = 1234  # simple_evaluate's default fewshot_random_seed
-
-
-@functools.lru_cache(maxsize=1)
-def _task_manager() -> TaskManager:
-    return TaskManager(include_defaults=False)  # the configurations are complete: no index of lm-eval's task folders
-
-
-@contextlib.contextmanager
-def quiet_lm_eval(quiet: bool = True):
-    "lm-eval's logging below ERROR and its progress bars (stderr) silenced; the captured stderr is shown if an error escapes."
-    if not quiet:
-        yield
-        return
-    logger, buffer = logging.getLogger("lm_eval"), io.StringIO()
-    level = logger.level
-    logger.setLevel(logging.ERROR)
-    try:
-        with contextlib.redirect_stderr(buffer):
-            yield
-    except BaseException:
-        sys.stderr.write(buffer.getvalue())
-        raise
-    finally:
-        logger.setLevel(level)
-
-
-def evaluate_config(lm, config: dict, limit: int | None = None, quiet: bool = True) -> tuple[dict, int, float]:
-    "(metrics, examples, seconds) of `lm` on one lm-eval task configuration."
-    t0 = time.perf_counter()
-    if isinstance(config, dict) and "custom_dataset" in config and not callable(config["custom_dataset"]):
-        raise ValueError(f"evaluate_config: task {config.get('task')!r}: custom_dataset is not a function")
-    with quiet_lm_eval(quiet):
-        loaded = _task_manager().load([config])
-        for task in loaded["tasks"].values():
-            task.set_fewshot_seed(seed=FEWSHOT_SEED)
-        out = evaluate(lm=lm, task_dict=loaded, limit=limit, bootstrap_iters=0, log_samples=False)
-    name = config["task"]
-    metrics = {k: v for k, v in out["results"][name].items()  # "metric,filter" keys; no stderr (not bootstrapped)
-               if "," in k and "_stderr" not in k and isinstance(v, (int, float))}
-    return metrics, int(out["n-samples"][name]["effective"]), time.perf_counter() - t0
-
-
-def evaluate_downstream_task(lm, name: str, shots: int | None = None, limit: int | None = None, quiet: bool = True) -> dict:
-    "Score `lm` (any lm-eval model) on downstream task `name`: a record for the tables."
-    task = DOWNSTREAM_TASKS[name]
-    config = lm_eval_config(name, shots)
-    cut_before = sum(getattr(lm, "truncated", {}).values())
-    metrics, n, seconds = evaluate_config(lm, config, limit, quiet)
-    truncated = sum(lm.truncated.values()) - cut_before if hasattr(lm, "truncated") else None
-    return dict(task=name, title=task.title, group=task.group, shots=config["num_fewshot"], limit=limit, n=n,
-                metric=task.metric, accuracy=metrics.get(task.metric), metrics=metrics,
-                calculator=bool(getattr(lm, "calculator", False)), truncated=truncated, seconds=round(seconds, 2),
-                lm_eval_version=lm_eval.__version__)
-
-# %% ../nbs/07b_downstream_tasks.ipynb #7a2f6a65
-GSM8K_HELD_OUT = 200
-
-
-def fits_context(split: datasets.Dataset, tokenizer, n_ctx: int) -> list[bool]:
-    "Whether each example's fine-tuning sequence (`input <sep> target <eos>`) fits in `n_ctx` tokens."
-    xs, ys = tokenizer.encode_batch(list(split["input"])), tokenizer.encode_batch(list(split["target"]))
-    return [len(x) + len(y) + 2 <= n_ctx for x, y in zip(xs, ys)]
-
-
-class ContextTooShort(ValueError):
-    "A model's context holds no GSM8k problem with its solution: it cannot be fine-tuned on GSM8k."
-
-
-def gsm8k_finetune_data(tokenizer=None, n_ctx: int | None = None, log=print) -> datasets.DatasetDict:
-    """GSM8k as a fine-tuning task: `input` the question, `target` the annotated solution; 200 train problems held out.
-    With `tokenizer` and `n_ctx`, the training and held-out problems longer than `n_ctx` are left out (logged)."""
-    docs = load_gsm8k()
-    order = torch.randperm(len(docs["train"]), generator=torch.Generator().manual_seed(0)).tolist()
-    rows = lambda idx, split: datasets.Dataset.from_list(
-        [{"input": docs[split][i]["question"], "target": docs[split][i]["answer"]} for i in idx])
-    data = datasets.DatasetDict({"train": rows(order[GSM8K_HELD_OUT:], "train"),
-                                 HELD_OUT_SPLIT: rows(order[:GSM8K_HELD_OUT], "train"),
-                                 "test": rows(range(len(docs["test"])), "test")})
-    if tokenizer is None:
-        return data
-    kept = {s: [i for i, ok in enumerate(fits_context(data[s], tokenizer, n_ctx)) if ok] for s in ("train", HELD_OUT_SPLIT)}
-    if not kept["train"] or not kept[HELD_OUT_SPLIT]:
-        raise ContextTooShort(f"GSM8k fine-tuning: no {'training' if not kept['train'] else 'held-out'} problem fits in "
-                         f"n_ctx={n_ctx} tokens; pretrain with a longer context (--set pretrain.model.n_ctx=N)")
-    log("GSM8k fine-tuning: " + " and ".join(f"{len(data[s]) - len(kept[s])} of {len(data[s])} {s} problems"
-                                              for s in kept) + f" are longer than n_ctx={n_ctx} tokens and left out")
-    return datasets.DatasetDict({s: data[s].select(kept[s]) if s in kept else data[s] for s in data})
-
-
-def result_dir(source: str | Path, step: int | None = None) -> Path:
-    """The folder of the downstream results of the weights `source` (and `step`) name (`runs.weights_to_score`):
-    `<run>/downstream/final` for `final.pt` only, else `<run>/downstream/<file stem>` (`step_00000950`)."""
-    weights = weights_to_score(source, step)
-    tag = "final" if weights.name == "final.pt" else weights.stem
-    return source_run_dir(weights) / "downstream" / tag
-
-
-def gsm8k_finetune_dir(source: str | Path, step: int | None = None) -> Path:
-    "Where the GSM8k fine-tuning of a pretrained run (or snapshot) lives: `<run>/downstream/<weights>/gsm8k_finetune`."
-    return result_dir(source, step) / "gsm8k_finetune"
-
-
-def finetune_gsm8k(source: str | Path, preset="tiny", seed: int = 0, progress: bool = False, log=print,
-                   step: int | None = None) -> Path:
-    "Fine-tune a pretrained run (or snapshot) on GSM8k with the preset's fine-tuning config; resumes; returns the run directory."
-    weights, run_dir = weights_to_score(source, step), gsm8k_finetune_dir(source, step)
-    data = gsm8k_finetune_data(run_tokenizer(source_run_dir(weights)), load_model(weights).cfg.n_ctx, log=log)
-    finetune(weights, "gsm8k", finetune_config(preset, seed), run_dir, dataset=data, progress=progress, log=log)
-    return run_dir
-
 # %% ../nbs/07b_downstream_tasks.ipynb #32cf6cac
-def result_path(source: str | Path, task: str, shots: int, calculator: bool, limit: int | None,
-                step: int | None = None) -> Path:
-    "Where the result of one run (or snapshot, or `step`), task and setting is written."
-    calc = ("calc" if calculator else "nocalc") if DOWNSTREAM_TASKS[task].calculator else None
-    name = ".".join(filter(None, [task, f"{shots}shot", calc, f"limit{limit}" if limit else None]))
-    return result_dir(source, step) / f"{name}.json"
-
-
-def scored(source: str | Path, task: str, shots: int, calculator: bool, limit: int | None,
-           step: int | None = None) -> dict | None:
-    """The result filed for these weights, task and setting; None when there is none, or when it measured other
-    weights (its `weights_sha256` differs: the run trained on, or its `final.pt` was written again)."""
-    path = result_path(source, task, shots, calculator, limit, step)
-    if not path.is_file():
-        return None
-    record = json.loads(path.read_text())
-    return record if record.get("weights_sha256") == weights_sha256(weights_to_score(source, step)) else None
-
-
 def select_tasks(text: str | None) -> list[str]:
     "Tasks named by comma-separated groups or task names (default: Table 1's groups and GSM8k); `ValueError` names an unknown one."
     names = [s for s in (text or "").split(",") if s] or [*TABLE1_GROUPS, "gsm8k"]
@@ -534,55 +304,3 @@ def select_tasks(text: str | None) -> list[str]:
             raise ValueError(f"unknown task or group {n!r}" + (f" (closest: {', '.join(close)})" if close else "")
                              + f"; groups: {', '.join(GROUPS)}; tasks: {', '.join(DOWNSTREAM_TASKS)}")
     return list(dict.fromkeys(out))
-
-
-def score_run(source: str | Path, tasks: list[str], *, shots: int | None = None, limit: int | None = None,
-              calculators=(False, True), batch_size: int = 16, device: str = "auto", overwrite: bool = False,
-              preset="tiny", quiet: bool = True, log=print, step: int | None = None) -> list[dict]:
-    """Score the weights a run (or snapshot, or `step`) names on `tasks`; results of these weights are read back,
-    unavailable tasks logged in one line. A run still training is refused (`runs.RunInUseError`) unless `step` is named."""
-    records, lms = [], {}
-    weights = weights_to_score(source, step)  # the one file scored: every record names it, its step and checksum
-    scored_weights = dict(weights=str(weights), step=weights_step(weights), weights_sha256=weights_sha256(weights))
-    for name in tasks:
-        if (why := task_unavailable(name)) is not None:
-            log(f"{source}: {why}")
-            continue
-        task = DOWNSTREAM_TASKS[name]
-        model_source, ruled_out = source, None
-        if task.group == "gsm8k_finetuned":
-            try:
-                model_source = finetune_gsm8k(weights, preset, log=log if not quiet else lambda *a: None)
-            except ContextTooShort as e:  # the model, not the data, rules the task out: kept as a result, with the reason
-                ruled_out = f"{task.title}: {e}"
-        for calc in (calculators if task.calculator else (False,)):
-            n_shots = task.shots if shots is None else shots
-            path = result_path(weights, name, n_shots, calc, limit)
-            old = json.loads(path.read_text()) if path.is_file() else None
-            if old is not None and not overwrite:
-                if old.get("weights_sha256") == scored_weights["weights_sha256"]:
-                    records.append(old)
-                    log(f"{path}: scored already (step {old['step']})")
-                    continue
-                log(f"{path}: filed for other weights (step {old.get('step', 'unknown')}); scoring step "
-                    f"{scored_weights['step']}")
-            if ruled_out is not None:
-                rec = dict(task=name, title=task.title, group=task.group, shots=n_shots, calculator=calc, n=0,
-                           accuracy=float("nan"), metric=task.metric, source=str(source), missing=ruled_out,
-                           **scored_weights)
-                atomic_write_text(path, json.dumps(rec, indent=1))
-                records.append(rec)
-                log(f"{path}: {rec['missing']}")
-                continue
-            lm_source = weights if model_source is source else model_source  # the file, or the fine-tuned run
-            key = (str(lm_source), calc)
-            if key not in lms:
-                lms[key] = DepthnbLM.from_run(lm_source, batch_size=batch_size, device=device, calculator=calc)
-            rec = dict(evaluate_downstream_task(lms[key], name, n_shots, limit, quiet), source=str(source), model=str(lm_source),
-                       **scored_weights)
-            atomic_write_text(path, json.dumps(rec, indent=1))
-            records.append(rec)
-            cut = f", {rec['truncated']} requests cut to fit the context" if rec.get("truncated") else ""
-            log(f"{path}: {rec['title']} {rec['shots']}-shot{' with calculator' if calc else ''}: "
-                f"{rec['metric']} {rec['accuracy']:.3f} (n={rec['n']}{cut}, {rec['seconds']:.1f} s)")
-    return records

@@ -14,7 +14,7 @@ import torch
 
 
 # %% auto #0
-__all__ = ['WORKER_ENV', 'environment', 'run_parallel']
+__all__ = ['WORKER_ENV', 'environment', 'run_parallel', 'run_missing']
 
 # %% ../nbs/05b_jobs.ipynb #fe2a1274
 WORKER_ENV = {"MALLOC_MMAP_THRESHOLD_": "33554432", "MALLOC_TRIM_THRESHOLD_": "268435456"}  # read by glibc at start
@@ -62,3 +62,10 @@ def run_parallel(fn, jobs: list[dict], workers: int = 1, threads: int = 1, log=p
 
 def _job_label(job: dict) -> str:
     return ", ".join(f"{k}={v}" for k, v in job.items() if isinstance(v, (str, int, float)) and k != "preset")
+
+# %% ../nbs/05b_jobs.ipynb #3b9d0e42
+def run_missing(fn, jobs: list[dict], done, workers: int = 1, log=print) -> list:
+    "`[fn(**job) for job in jobs]`, the jobs not `done(job)` (results not stored yet) first, in `workers` processes."
+    todo = [i for i, job in enumerate(jobs) if not done(job)]
+    results = dict(zip(todo, run_parallel(fn, [jobs[i] for i in todo], workers=workers, log=log)))
+    return [results[i] if i in results else fn(**job) for i, job in enumerate(jobs)]

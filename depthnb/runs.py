@@ -37,7 +37,8 @@ __all__ = ['KEEP_CHECKPOINTS', 'CheckpointError', 'DiskFullError', 'free_space',
            'set_rng_state', 'ConfigMismatchError', 'write_or_check_config', 'read_config', 'MetricsLog', 'json_lines',
            'read_metrics', 'mark_done', 'is_done', 'read_done', 'step_file', 'save_checkpoint', 'latest_checkpoint',
            'save_weights', 'sharded_checkpoint_dir', 'model_from_state', 'load_model', 'source_run_dir',
-           'RunInUseError', 'run_lock', 'lock_holder', 'weights_to_score', 'weights_step', 'weights_sha256']
+           'RunInUseError', 'run_lock', 'lock_holder', 'weights_to_score', 'weights_step', 'weights_sha256',
+           'results_dir']
 
 # %% ../nbs/02a_runs.ipynb #e5472125
 class CheckpointError(RuntimeError):
@@ -443,3 +444,9 @@ def weights_sha256(path: Path | str) -> str:
     side = Path(path).with_name(Path(path).name + ".sha256")
     return side.read_text().strip() if side.is_file() else sha256_file(path)
 
+
+# %% ../nbs/02a_runs.ipynb #5e7a1c21
+def results_dir(weights: Path | str, kind: str) -> Path:
+    "The folder of the `kind` results (`primitives`, `downstream`) of a weights file: `<run>/<kind>/<file stem>/`."
+    weights = Path(weights)
+    return source_run_dir(weights) / kind / weights.stem

@@ -293,7 +293,7 @@ def task_token_report(tokenizer: Tokenizer, tasks: Iterable[str] = TASKS, limit:
     "Per task split (any task argument: built in, a folder or `hf:`): examples, mean/max input and target tokens, and targets that fail to round-trip."
     rows = []
     for task in tasks:
-        dataset = task_dataset(task)  # defined with the own tasks below: a built-in task as fine-tuning sees it
+        dataset = load_task(task) if task in TASKS else task_dataset(task)  # the files as they are; task_dataset: below
         for split, ds in dataset.items():
             n = len(ds) if limit is None else min(limit, len(ds))
             xs, ys = ds["input"][:n], ds["target"][:n]

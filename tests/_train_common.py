@@ -15,7 +15,7 @@ from depthnb.runs import load_model
 TEST_DATA = DataConfig(corpus="enwiki", max_train_docs=400, eval_sets=("enwiki_valid",), vocab_size=512,
                        tokenizer_docs=400)
 # The CUDA tests' data: the same tokenizer and training blocks, no held-out set. The GPU plan carries their cache
-# files (0.2 MB compressed; benchmarks/gpu_plan.py cuda_test_files): the device cannot fetch the raw corpus, and the
+# files (0.2 MB compressed; depthnb.tools.gpu_prepare.cuda_test_files): the device cannot fetch the raw corpus, and the
 # held-out set's packed tokens (7 MB) would not fit the carry.
 CUDA_TEST_DATA = replace(TEST_DATA, eval_sets=())
 N_CTX = 32

@@ -18,7 +18,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 # The `slow` rule: a test is marked `slow` when it takes more than 10 s on one core of the CI machine, or starts a
 # process that trains (a `depthnb` command, `torchrun`, a training script) or runs a notebook. `make test` runs every
-# test; `make quick` leaves the slow ones out (README, "Developing").
+# test; `make quick` leaves the slow ones out (nbs/guides/01_running.ipynb, "Developing").
 SLOW_SECONDS = 10
 # Modules whose every test falls under the rule through a shared fixture: test_experiments runs `depthnb reproduce`
 # (every notebook of the tiny preset, the report included) once for the module.

@@ -64,10 +64,20 @@ def test_every_notebook_becomes_a_page(site):
     # no signature shows the type nbdev infers for a builtin default (myst.html's own code and tests show the raw form)
     raw = [p for p in site.pages if p != "myst.html" and "builtin_function_or_method" in (site.site / p).read_text()]
     assert raw == [], raw
-    # the Results page comes first in the navigation, after the home page; the tooling comes last
+    # the Results page comes first in the navigation, after the home page, then the guides; the tooling comes last
     home = (site.site / "index.html").read_text()
     nav = home[home.index('class="bd-links'):]
-    assert nav.index("results.html") < nav.index("config.html") < nav.index("experiments/petty_shapes.html") < nav.index('href="plan.html"')
+    assert (nav.index("results.html") < nav.index("guides/running.html") < nav.index("config.html")
+            < nav.index("experiments/petty_shapes.html") < nav.index('href="plan.html"'))
+    # the home page: what the repository shows, the headline verdicts linked, how to run it, where to read on
+    for section in ("headline-results", "run-it", "read-on"):
+        assert f'id="{section}"' in home, section
+    headline = home[home.index('id="headline-results"'):home.index('id="run-it"')]
+    assert 'class="depthnb-verdict ' in headline and "results.html#preset-" in headline and "experiments/" in headline
+    read_on = home[home.index('id="read-on"'):]
+    for guide in ("guides/running.html", "guides/beyond.html", "guides/reliability.html", "report-cpu.html"):
+        assert f'href="{guide}' in read_on, guide
+    assert not re.search(r'href="[^"]*REPORT\.md', home)  # GitHub's links to a report lead to its page
 
 
 def test_results_page_and_experiment_pages(site):
@@ -87,8 +97,21 @@ def test_results_page_and_experiment_pages(site):
     # an experiment page shows the figure its code makes, linked to the full-size image, and its tables with their CSV
     pretrain = (site.site / "experiments" / "petty_pretrain.html").read_text()
     fig = f"../figures/{presets[0]}/petty_fig2_perplexity.png"
-    assert f'<a href="{fig}">' in pretrain and (site.site / fig[3:]).is_file()
+    assert f'<a href="{fig}"' in pretrain and (site.site / fig[3:]).is_file()
     assert f"../figures/{presets[0]}/pretrain_final_ppl.csv" in pretrain
+    # every row states the paper's number (or why there is none); evidence is cut only at a sentence, the rest in the row
+    assert results.count('<td class="depthnb-paper">') == sum(len(f) for f in fids)
+    assert '<td class="depthnb-paper"></td>' not in results
+    tables = re.findall(r'<table class="depthnb-verdicts">.*?</table>', results, flags=re.S)
+    assert len(tables) >= len(presets) and not [t for t in tables if "\u2026" in t]
+    assert 'class="depthnb-more"' in results  # the rest of a long evidence, one click away
+    # each figure has one caption: the one drawn into its PNG
+    assert "<figcaption" not in pretrain and 'class="depthnb-figure"' in pretrain
+    # the solver's size-classes cell shows its table
+    solver = (site.site / "solver.html").read_text()
+    cells = [c for c in solver.split('class="cell docutils container"')
+             if "pd.DataFrame(SIZE_CLASSES.values())" in re.sub(r"<[^>]+>", "", c)]
+    assert len(cells) == 1 and "cell_output" in cells[0] and "<table" in cells[0] and "374M" in cells[0]
     # the claims pages show their verdicts; the planner its plans
     assert "depthnb-verdict" in (site.site / "claims_petty.html").read_text()
     assert "GPU-hours" in (site.site / "plan.html").read_text() and "depthnb-table" in (site.site / "plan.html").read_text()
@@ -113,6 +136,12 @@ def test_pages_render_in_chromium(site):
     figures = [o for p in site_results.shown_presets(ROOT) for o in site_results.preset_outputs(ROOT, p) if o.kind == "figure"]
     assert checked["index.html"].images >= len(figures), "the home page's gallery shows every shown preset's figures"
     assert checked["experiments/petty_pretrain.html"].images > 0
+    # the layout a reader sees: no verdict badge or table cut off, no caption twice, the section in view marked
+    res = checked["results.html"]
+    assert (res.clipped, res.empty_paper, res.cut_evidence) == ([], 0, 0), res
+    assert [(c.page, c.clipped) for c in result.pages if c.clipped] == []
+    assert [(c.page, c.captions_twice) for c in result.pages if c.captions_twice] == []
+    assert [(c.page, c.toc) for c in result.pages if c.toc] == []
     assert result.search_results > 0
 
 

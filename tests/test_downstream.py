@@ -19,9 +19,10 @@ from depthnb.data import train_tokenizer
 from depthnb.downstream import (DepthnbLM, apply_calculator, calculator_edit, calculator_step, continuation_ids,
                                 continuation_text, safe_eval, CalculatorError)
 from depthnb.cmd_downstream import cli_downstream
-from depthnb.downstream_tasks import (DOWNSTREAM_TASKS, GROUPS, evaluate_config, evaluate_downstream_task,
-                                     fits_context, gsm8k_finetune_data, gsm8k_finetune_dir, lm_eval_config,
-                                     primitive_config, result_path, score_run, task_unavailable)
+from depthnb.downstream_data import fits_context, gsm8k_finetune_data
+from depthnb.downstream_scoring import (evaluate_config, evaluate_downstream_task, gsm8k_finetune_dir, result_path,
+                                        score_run)
+from depthnb.downstream_tasks import DOWNSTREAM_TASKS, GROUPS, lm_eval_config, primitive_config, task_unavailable
 from depthnb.inference import generate_many
 from depthnb.model import DecoderLM
 from depthnb.config import to_dict
@@ -420,5 +421,5 @@ def test_prompts_cut_to_fit_the_context_are_counted(model, tok, monkeypatch):
 
 
 def short_questions(n):
-    from depthnb.downstream_tasks import load_gsm8k
+    from depthnb.downstream_data import load_gsm8k
     return [d["question"] for d in load_gsm8k()["test"][:n]]

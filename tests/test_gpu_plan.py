@@ -1,8 +1,8 @@
-"""benchmarks/gpu_plan.py, the GPU plan: its stages come in the promised order and each fits a job of the default
-deadline, its commands and returned records name no machine's paths, no tracked file holds one (notebooks' saved
-outputs included), and (slow) the CPU dress rehearsal: prepare, a first job of the attention stages alone, a second
-job cut mid-pretraining, a third that resumes, and the report assembled from the three results folders."""
-import importlib.util
+"""The GPU plan (depthnb.tools.gpu_*, nbs/92*; its command line benchmarks/gpu_plan.py): its stages come in the
+promised order and each fits a job of the default deadline, its commands and returned records name no machine's
+paths, no tracked file holds one (notebooks' saved outputs included), and (slow) the CPU dress rehearsal: prepare, a
+first job of the attention stages alone, a second job cut mid-pretraining, a third that resumes, and the report
+assembled from the three results folders."""
 import json
 import os
 import re
@@ -19,11 +19,9 @@ import pytest
 from depthnb.config import BAND_IMPLS
 from depthnb.presets import PRESETS
 from depthnb.tasks import TASKS
+from depthnb.tools import gpu_assemble, gpu_cli, gpu_job, gpu_plan, gpu_prepare, gpu_rehearsal
 
 ROOT = Path(__file__).resolve().parent.parent
-spec = importlib.util.spec_from_file_location("gpu_plan", ROOT / "benchmarks" / "gpu_plan.py")
-gpu_plan = sys.modules["gpu_plan"] = importlib.util.module_from_spec(spec)  # dataclasses look the module up
-spec.loader.exec_module(gpu_plan)
 OUT_NAME = re.compile(r"[A-Za-z0-9._-]+")
 # An absolute path under a folder that names a machine (a checkout, a home, temporary or installed files).
 MACHINE_PATH = re.compile(r"(?<![\w.~<>/-])/(work|root|home|tmp|opt|Users|mnt)/")
@@ -90,14 +88,14 @@ def test_first_job_fits_with_a_minute_spare():
 def fake_bench(monkeypatch, tmp_path, script: str, estimate: float):
     "A Job whose `attention` stage runs `script` (Python) under an estimate of `estimate` s and no overrun."
     monkeypatch.setitem(gpu_plan.BENCH_SECONDS, "attention", estimate)
-    monkeypatch.setattr(gpu_plan, "OVERRUN_SECONDS", 0)
+    monkeypatch.setattr(gpu_job, "OVERRUN_SECONDS", 0)
     plan = dict(preset="gpu", overrides={}, stages=["attention", "cuda-tests"], bench_flags={})
     (tmp_path / "benchmarks").mkdir()
     (tmp_path / "benchmarks" / "RESULTS.md").write_text("# Results\n")
     state = tmp_path / gpu_plan.STATE_DIR / "state.json"
     (state.parent / "logs").mkdir(parents=True)
     state.write_text(json.dumps(dict(jobs=1, stages={})))  # not the first job: every stage may run
-    job = gpu_plan.Job(tmp_path, tmp_path / "out", 540, plan, set(), log=lambda *a: None)
+    job = gpu_job.Job(tmp_path, tmp_path / "out", 540, plan, set(), log=lambda *a: None)
     job.command = lambda stage: [sys.executable, "-c", script if stage.name == "attention" else "pass"]
     return job
 
@@ -117,7 +115,7 @@ def test_a_benchmark_past_its_estimate_is_cut_and_recorded(monkeypatch, tmp_path
     log = (tmp_path / gpu_plan.STATE_DIR / "logs" / "attention.log").read_text()
     assert "row 1" in log
     started = []  # the next job does not start it again
-    job2 = gpu_plan.Job(tmp_path, tmp_path / "out", 540, job.plan, set(), log=lambda *a: None)
+    job2 = gpu_job.Job(tmp_path, tmp_path / "out", 540, job.plan, set(), log=lambda *a: None)
     job2.run_stage = lambda stage: started.append(stage.name) or "done"
     job2.run(("attention", "cuda-tests"))
     assert started == []  # cuda-tests was done too
@@ -146,7 +144,7 @@ def test_stage_order():
         assert all(names.index(a) < names.index(s.name) for a in s.after)
     assert {b for b in gpu_plan.BENCH_SECONDS} == {s.bench for s in gpu_plan.STAGES if s.kind == "bench"}
     # a fresh checkout: `prepare --stages` adds what a stage needs
-    assert gpu_plan._stage_list("controls,bench-cogs") == ("bench-cogs", "data", "pretrain", "finetune", "controls")
+    assert gpu_plan.stage_list("controls,bench-cogs") == ("bench-cogs", "data", "pretrain", "finetune", "controls")
 
 
 def test_attention_stage_runs_the_check_with_relative_paths(tmp_path):
@@ -155,13 +153,13 @@ def test_attention_stage_runs_the_check_with_relative_paths(tmp_path):
     attention = gpu_plan.STAGE_BY_NAME["attention"]
     assert attention.kind == "bench" and gpu_plan.BENCH_SECONDS["attention"] > 120
     plan = dict(preset="gpu", overrides={"pretrain.steps": "5"}, stages=list(gpu_plan.STAGE_NAMES), bench_flags={})
-    job = gpu_plan.Job(tmp_path, tmp_path / "out", 540, plan, set(), log=lambda *a: None)
+    job = gpu_job.Job(tmp_path, tmp_path / "out", 540, plan, set(), log=lambda *a: None)
     assert job.command(attention) == ["bash", "benchmarks/gpu.sh", "--out", "runs/gpu-plan/bench/attention", "attention"]
-    assert gpu_plan.REHEARSAL_BENCH_FLAGS["attention"] == ["--device", "cpu", "--shrink", "--bench-parts", "train"]
+    assert gpu_rehearsal.REHEARSAL_BENCH_FLAGS["attention"] == ["--device", "cpu", "--shrink", "--bench-parts", "train"]
     for stage in gpu_plan.STAGES:  # every command as its log records it: no absolute path
-        line = gpu_plan.shown(job.command(stage), tmp_path)
+        line = gpu_job.shown(job.command(stage), tmp_path)
         assert not [a for a in line.split() if a.startswith("/")], line
-    pretrain = gpu_plan.shown(job.command(gpu_plan.STAGE_BY_NAME["pretrain"]), tmp_path)
+    pretrain = gpu_job.shown(job.command(gpu_plan.STAGE_BY_NAME["pretrain"]), tmp_path)
     assert pretrain.startswith("python3 -c") and "--runs-dir runs/gpu-plan/runs --figures-dir runs/gpu-plan/figures" \
         in pretrain
 
@@ -181,16 +179,16 @@ def test_scrub_paths(tmp_path):
            f"  {site}/torch/jit/_script.py:365: DeprecationWarning\n"
            f"tmp_path = PosixPath('{pytest_tmp}/test_fsdp_0')\n"
            "| depthnb[band-flex] | 263,379 | 62.2 | 1/2 | runs/tmp/x |\n")
-    clean = gpu_plan.scrub_paths(log, [checkout])
+    clean = gpu_assemble.scrub_paths(log, [checkout])
     assert clean.splitlines() == ["--json runs/gpu-plan/bench/attention/bench_134M.json --note x", "cd .",
                                   "  <site-packages>/torch/jit/_script.py:365: DeprecationWarning",
                                   "tmp_path = PosixPath('<tmp>/test_fsdp_0')",
                                   "| depthnb[band-flex] | 263,379 | 62.2 | 1/2 | runs/tmp/x |"]
     # without the checkout recorded: a machine folder's path is cut at the checkout's top folder it reaches
     home = "/" + "/".join(["home", "someone", "depthnb-copy"])
-    assert gpu_plan.scrub_paths(f"{home}/runs/gpu-plan/x.json and {home}/notes.txt") == \
+    assert gpu_assemble.scrub_paths(f"{home}/runs/gpu-plan/x.json and {home}/notes.txt") == \
         "runs/gpu-plan/x.json and <abs>/notes.txt"
-    assert gpu_plan.scrub_paths(clean, [checkout]) == clean  # idempotent
+    assert gpu_assemble.scrub_paths(clean, [checkout]) == clean  # idempotent
 
 
 def test_assemble_scrubs_what_it_copies(tmp_path):
@@ -201,7 +199,7 @@ def test_assemble_scrubs_what_it_copies(tmp_path):
     (logs / "attention.log").write_text(f"===== job 1: bash benchmarks/gpu.sh attention\n"
                                         f"appended to {checkout}/benchmarks/RESULTS.md\n")
     out.mkdir()
-    gpu_plan.tar_folder(logs, out / "logs.tar.gz")
+    gpu_job.tar_folder(logs, out / "logs.tar.gz")
     (out / "RESULTS.md").write_text(f"# Results\n\n### run one\n- command: `depthnb bench --json "
                                     f"{checkout}/runs/b.json`\n\n| 1.5 | 263,379 |\n")
     state = dict(jobs=1, checkout=str(checkout), stages={"attention": dict(status="done", seconds=300.0, jobs=[])})
@@ -210,7 +208,7 @@ def test_assemble_scrubs_what_it_copies(tmp_path):
     plan.write_text(json.dumps(dict(preset="gpu", overrides={}, stages=list(gpu_plan.STAGE_NAMES))))
     results = tmp_path / "RESULTS.md"
     results.write_text("# Results\n")
-    assert gpu_plan.main(["assemble", str(out), "--figures-dir", str(tmp_path / "figures"), "--results", str(results),
+    assert gpu_cli.main(["assemble", str(out), "--figures-dir", str(tmp_path / "figures"), "--results", str(results),
                           "--plan", str(plan), "--no-report"]) == 0
     log = (tmp_path / "figures" / "gpu" / "gpu_plan" / "logs" / "attention.log").read_text()
     assert "appended to benchmarks/RESULTS.md" in log and str(tmp_path) not in log
@@ -242,26 +240,26 @@ def test_no_machine_paths_in_tracked_files():
 
 
 def test_carried_tasks_are_the_data_tasks():
-    assert tuple(gpu_plan.TASK_DATASETS) == tuple(TASKS)
+    assert tuple(gpu_prepare.TASK_DATASETS) == tuple(TASKS)
 
 
 def test_wheels_are_what_the_image_lacks():
-    names = {n.split("==")[0].lower() for n in gpu_plan.wheel_names()}
+    names = {n.split("==")[0].lower() for n in gpu_prepare.wheel_names()}
     assert {"fastcore", "papermill", "nbformat", "ipykernel", "datasets"} <= names
     assert not names & {"torch", "numpy", "pandas", "matplotlib", "sentencepiece"}
     bench = [s.name for s in gpu_plan.STAGES if s.kind == "bench"]
-    assert [n.split("==")[0].lower() for n in gpu_plan.wheel_names(bench)] == ["fastcore"]
-    assert gpu_plan.wheel_names(bench, gpu_plan.GPU_IMAGE + "\nfastcore==1.0\n") == []  # another image's packages
+    assert [n.split("==")[0].lower() for n in gpu_prepare.wheel_names(bench)] == ["fastcore"]
+    assert gpu_prepare.wheel_names(bench, gpu_prepare.GPU_IMAGE + "\nfastcore==1.0\n") == []  # another image's packages
 
 
 def test_benchmarks_need_no_other_wheel(tmp_path):
     # a plan of benchmarks alone carries BENCH_REQUIREMENTS: gpu.sh's bench and the CUDA tests import with the rest hidden
-    carried = {n.split("==")[0].lower().replace("_", "-") for n in gpu_plan.wheel_names()}
-    kept = {n.lower() for n in gpu_plan.BENCH_REQUIREMENTS}
+    carried = {n.split("==")[0].lower().replace("_", "-") for n in gpu_prepare.wheel_names()}
+    kept = {n.lower() for n in gpu_prepare.BENCH_REQUIREMENTS}
     modules = {m for m, dists in metadata.packages_distributions().items()
                if {d.lower().replace("_", "-") for d in dists} & (carried - kept)}
     assert {"papermill", "datasets", "lm_eval"} <= modules
-    image = gpu_plan.image_without(sorted(modules), tmp_path / "nowhere", tmp_path / "image")
+    image = gpu_rehearsal.image_without(sorted(modules), tmp_path / "nowhere", tmp_path / "image")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(image), str(ROOT / "tests")]), OMP_NUM_THREADS="1")
     hidden = subprocess.run([sys.executable, "-c", "import papermill"], env=env, capture_output=True, text=True)
     assert "as on the GPU image" in hidden.stderr
@@ -273,17 +271,17 @@ def test_benchmarks_need_no_other_wheel(tmp_path):
 
 def test_run_installs_the_carried_wheels_before_importing_depthnb(tmp_path):
     # the GPU image lacks fastcore, which depthnb.model imports; the carried wheel must be installed before
-    # gpu_plan.py imports depthnb
+    # gpu_plan.py imports the rest of depthnb (what it imports first, depthnb.tools.gpu_job, needs no fastcore)
     tree = tmp_path / "tree"
     (tree / "benchmarks").mkdir(parents=True)
     shutil.copy(ROOT / "benchmarks" / "gpu_plan.py", tree / "benchmarks")
     (tree / "depthnb").symlink_to(ROOT / "depthnb")
-    image = gpu_plan.image_without(["fastcore"], tree / gpu_plan.SITE_DIR, tmp_path / "image")
+    image = gpu_rehearsal.image_without(["fastcore"], tree / gpu_plan.SITE_DIR, tmp_path / "image")
     env = dict(os.environ, PYTHONPATH=str(image), OMP_NUM_THREADS="1")
     run = [sys.executable, str(tree / "benchmarks" / "gpu_plan.py"), "run"]
     missing = subprocess.run(run, env=env, cwd=tree, capture_output=True, text=True)
     assert "No module named 'fastcore' (as on the GPU image)" in missing.stderr  # without the wheel: a crash
-    gpu_plan.wheel_from_installed("fastcore", tree / gpu_plan.PLAN_DIR / "whl")
+    gpu_rehearsal.wheel_from_installed("fastcore", tree / gpu_plan.PLAN_DIR / "whl")
     result = subprocess.run(run, env=env, cwd=tree, capture_output=True, text=True)
     assert result.returncode == 2 and "no .gpu/plan.json" in result.stderr, result.stderr[-2000:]  # past the imports
     assert (tree / gpu_plan.SITE_DIR / "fastcore" / "__init__.py").exists()
@@ -291,8 +289,8 @@ def test_run_installs_the_carried_wheels_before_importing_depthnb(tmp_path):
 
 def test_cuda_tests_run_on_the_carried_data(tmp_path):
     # a GPU job has no raw corpus and no mirror: the CUDA tests' data must come from the carried cache files alone
-    files = gpu_plan.cuda_test_files()
-    gpu_plan.write_data_archive(files, tmp_path / "data.tar.xz")
+    files = gpu_prepare.cuda_test_files()
+    gpu_prepare.write_data_archive(files, tmp_path / "data.tar.xz")
     assert (tmp_path / "data.tar.xz").stat().st_size < 2**20  # small: the carry limit is shared with the science
     cache = tmp_path / "cache"
     with tarfile.open(tmp_path / "data.tar.xz") as tar:
@@ -309,7 +307,7 @@ def test_tar_folder_leaves_out_weights(tmp_path):
     for rel in ("a.csv", "sub/b.png", "run/checkpoints/step_1.json", "run/final.pt", "run/final.pt.sha256"):
         (src / rel).parent.mkdir(parents=True, exist_ok=True)
         (src / rel).write_text("x")
-    gpu_plan.tar_folder(src, tmp_path / "t.tar.gz")
+    gpu_job.tar_folder(src, tmp_path / "t.tar.gz")
     with tarfile.open(tmp_path / "t.tar.gz") as tar:
         assert sorted(tar.getnames()) == ["a.csv", "sub/b.png"]
 
@@ -318,19 +316,19 @@ def test_merge_results_appends_new_sections_once(tmp_path):
     local, returned = tmp_path / "RESULTS.md", tmp_path / "back.md"
     local.write_text("# Results\n\n### one\nA runs/x.json\n")
     returned.write_text(f"# Results\n\n### one\nA {tmp_path}/c/runs/x.json\n\n### two\nB\n")
-    assert gpu_plan.merge_results(local, returned, [tmp_path / "c"]) == 1  # `one`, scrubbed, is there already
-    assert gpu_plan.merge_results(local, returned, [tmp_path / "c"]) == 0
+    assert gpu_assemble.merge_results(local, returned, [tmp_path / "c"]) == 1  # `one`, scrubbed, is there already
+    assert gpu_assemble.merge_results(local, returned, [tmp_path / "c"]) == 0
     assert local.read_text().count("### two") == 1 and local.read_text().startswith("# Results\n\n### one")
 
 
 def test_kill_marked_ends_a_process_in_its_own_session(tmp_path):
     # papermill's kernels start new sessions: the plan finds its processes by an environment marker
-    env = dict(os.environ, **{gpu_plan.MARKER: str(tmp_path)})
+    env = dict(os.environ, **{gpu_job.MARKER: str(tmp_path)})
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=env, start_new_session=True)
     time.sleep(0.5)
-    assert proc.pid in gpu_plan.marked_pids(str(tmp_path))
-    gpu_plan.kill_marked(str(tmp_path), log=lambda *a: None)
-    assert proc.wait(timeout=10) != 0 and not gpu_plan.marked_pids(str(tmp_path))
+    assert proc.pid in gpu_job.marked_pids(str(tmp_path))
+    gpu_job.kill_marked(str(tmp_path), log=lambda *a: None)
+    assert proc.wait(timeout=10) != 0 and not gpu_job.marked_pids(str(tmp_path))
 
 
 def test_a_failed_benchmark_is_not_started_again(tmp_path):
@@ -343,21 +341,21 @@ def test_a_failed_benchmark_is_not_started_again(tmp_path):
     (tmp_path / state).write_text(json.dumps(dict(jobs=1, stages={"attention": failed, "data": failed})))
     (tmp_path / "benchmarks").mkdir()
     (tmp_path / "benchmarks" / "RESULTS.md").write_text("# Results\n")
-    job = gpu_plan.Job(tmp_path, tmp_path / "out", 540, plan, set(), log=lambda *a: None)
+    job = gpu_job.Job(tmp_path, tmp_path / "out", 540, plan, set(), log=lambda *a: None)
     started = []
     job.run_stage = lambda stage: started.append(stage.name) or "done"
     job.run(tuple(plan["stages"]))
     assert started == ["cuda-tests", "data"]
     assert json.loads((tmp_path / "out" / "state.json").read_text())["jobs"] == 2
-    assert sorted(f.name for f in (tmp_path / "out").iterdir()) == sorted(gpu_plan.RESULT_FILES)
+    assert sorted(f.name for f in (tmp_path / "out").iterdir()) == sorted(gpu_job.RESULT_FILES)
 
 
 def test_run_refuses_bad_flags(capsys):
-    assert gpu_plan.main(["run", "--deadline", "30"]) == 2
+    assert gpu_cli.main(["run", "--deadline", "30"]) == 2
     assert "gpu_plan run: error: --deadline 30: at least 36 s needed" in capsys.readouterr().err
-    assert gpu_plan.main(["run", "--cut", "bench-134M"]) == 2
+    assert gpu_cli.main(["run", "--cut", "bench-134M"]) == 2
     assert "--cut bench-134M: not a stage" in capsys.readouterr().err
-    assert gpu_plan.main(["budget", "--deadline", "200"]) == 2
+    assert gpu_cli.main(["budget", "--deadline", "200"]) == 2
     assert "attention-374M: does not fit a job" in capsys.readouterr().err
 
 
@@ -378,8 +376,8 @@ def test_rehearsal(tmp_path):
     assert len(evidence["finished_runs"]) == 2
     for out in (work / "out1", work / "out2", work / "out3"):  # what a job hands back
         files = list(out.iterdir())
-        assert sorted(f.name for f in files) == sorted(gpu_plan.RESULT_FILES)
-        assert all(f.is_file() and f.stat().st_size <= gpu_plan.RESULT_FILE_MIB * 2**20 for f in files)
+        assert sorted(f.name for f in files) == sorted(gpu_job.RESULT_FILES)
+        assert all(f.is_file() and f.stat().st_size <= gpu_job.RESULT_FILE_MIB * 2**20 for f in files)
         for t in out.glob("*.tar.gz"):
             with tarfile.open(t) as tar:
                 assert not [n for n in tar.getnames() if n.endswith(".pt") or "checkpoints" in n]
@@ -397,7 +395,7 @@ def test_rehearsal(tmp_path):
     assert "Where a training step's time goes" in results  # the 134M run's profile
     assert "attention check (benchmarks/attention_check.py)" in results
     for f in [work / "RESULTS.md", *(figures / "gpu_plan").rglob("*")]:  # assembled: no machine path
-        if f.is_file() and f.suffix in gpu_plan.SCRUBBED:
+        if f.is_file() and f.suffix in gpu_assemble.SCRUBBED:
             assert not [line for line in f.read_text().splitlines() if MACHINE_PATH.search(line)], f
 
 

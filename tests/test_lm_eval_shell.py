@@ -130,7 +130,7 @@ def test_include_path_is_the_shipped_task_folder(tmp_path):
 
 @pytest.mark.slow
 def test_documented_lm_eval_command(run_dir, tmp_path):
-    # the command of the README and nbs/07c_lm_eval.ipynb, word for word (RUN_DIR a tiny run), plus --output_path
+    # the command of nbs/guides/02_beyond.ipynb and nbs/07c_lm_eval.ipynb, word for word (RUN_DIR a tiny run), plus --output_path
     command = ('python -m depthnb.lm_eval --model depthnb --model_args pretrained=$RUN_DIR '
                '--include_path "$(depthnb downstream --include-path)" --tasks depthnb_svamp --limit 8')
     done = shell(command + " --output_path out", tmp_path, RUN_DIR=str(run_dir))

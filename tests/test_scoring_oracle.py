@@ -7,7 +7,7 @@ import pytest
 from lm_eval.api.model import LM
 
 from depthnb.downstream import calculator_edit
-from depthnb.downstream_tasks import evaluate_downstream_task
+from depthnb.downstream_scoring import evaluate_downstream_task
 
 FINAL = re.compile(r"#### (-?[\d.,]+)\s*$")
 

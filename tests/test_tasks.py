@@ -162,9 +162,7 @@ def test_user_task_loads(tmp_path):
 def test_task_targets_round_trip(tok):
     report = T.task_token_report(tok, limit=2000)  # the notebook's report covers every target
     assert int(report.round_trip_failures.sum()) == 0
-    held = T.HELD_OUT_EXAMPLES["geoquery"]  # the files' sizes, with GeoQuery's in-distribution slice held out of train
-    sizes = {**SIZES, "geoquery": {"train": SIZES["geoquery"]["train"] - held, T.HELD_OUT_SPLIT: held, "test": 280}}
-    assert report.examples.to_dict() == {(t, s): min(n, 2000) for t, d in sizes.items() for s, n in d.items()}
+    assert report.examples.to_dict() == {(t, s): min(n, 2000) for t, d in SIZES.items() for s, n in d.items()}
     assert (report.target_tokens_mean > 1).all()
 
 

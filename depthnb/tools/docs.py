@@ -25,12 +25,12 @@ import nbformat.v4 as v4
 import pandas as pd
 from .myst import fallback_anchors, myst_notebook, undocumented
 from .pages import SitePages, find_root, notebooks_table, page_name, read_settings, site_pages, source_text
-from .site_results import (experiment_owners, experiment_results, gallery_html, page_outputs, preset_outputs,
-                                        relative_url, report_markdown, results_markdown, shown_presets, verdict_table,
-                                        with_results)
+from .site_results import (experiment_owners, experiment_results, gallery_html, headline_html, page_outputs,
+                                        preset_outputs, relative_url, report_markdown, results_markdown, shown_presets,
+                                        verdict_table, with_results)
 
 # %% auto #0
-__all__ = ['DOCS_REQUIREMENTS', 'SITE_CSS', 'CLAIM_PAGES', 'PLAN_PAGE', 'PLAN_PRESETS', 'HOME_FOLD_ROWS', 'proc_error',
+__all__ = ['DOCS_REQUIREMENTS', 'SITE_CSS', 'SITE_JS', 'CLAIM_PAGES', 'PLAN_PAGE', 'PLAN_PRESETS', 'HOME_FOLD_ROWS', 'proc_error',
            'process_notebooks', 'page_source', 'folded', 'fold_tables', 'mathjax_static', 'sphinx_conf', 'toctree',
            'insert_after_heading', 'claims_markdown', 'plan_markdown', 'built_sources', 'add_offline_search',
            'DocsBuild', 'missing_requirements', 'install_requirements', 'write_site_source', 'build_docs']
@@ -162,16 +162,102 @@ details > summary code { font-size: 0.85em; }
 .depthnb-table-box { max-width: 100%; overflow-x: auto; margin: 0.6rem 0; }
 .depthnb-table { font-size: 0.8rem; border-collapse: collapse; }
 .depthnb-table td, .depthnb-table th { padding: 0.1rem 0.5rem; border-bottom: 1px solid var(--pst-color-border); white-space: nowrap; }
-.depthnb-verdicts { font-size: 0.8rem; border-collapse: collapse; width: 100%; }
+.depthnb-verdicts { font-size: 0.8rem; border-collapse: collapse; width: 100%; table-layout: fixed; min-width: 40rem; }
+.depthnb-verdicts th:nth-child(1) { width: 21%; } .depthnb-verdicts th:nth-child(2) { width: 29%; }
+.depthnb-verdicts th:nth-child(3) { width: 23%; } .depthnb-verdicts th:nth-child(4) { width: 19%; }
+.depthnb-verdicts th:nth-child(5) { width: 8%; }
+.depthnb-verdicts td { overflow-wrap: break-word; }  /* the table fits its box: no verdict hides past its right edge */
+.depthnb-verdicts .depthnb-verdict { overflow-wrap: normal; }
+.depthnb-stability { font-size: 0.72rem; margin-top: 0.15rem; color: var(--pst-color-text-muted); }
+.depthnb-headline th:nth-child(1) { width: 62%; } .depthnb-headline th:nth-child(2) { width: 24%; }
+.depthnb-headline th:nth-child(3) { width: 14%; }
+.depthnb-more { margin: 0.1rem 0 0; } .depthnb-more > summary { font-size: 0.75rem; color: var(--pst-color-link); }
 .depthnb-verdicts td, .depthnb-verdicts th { padding: 0.2rem 0.4rem; vertical-align: top; border-bottom: 1px solid var(--pst-color-border); }
-.depthnb-verdict { white-space: nowrap; font-weight: 600; padding: 0 0.3rem; border-radius: 0.2rem; }
-.depthnb-adapted { font-size: 0.7rem; font-style: italic; white-space: nowrap; }
+.depthnb-verdict { display: inline-block; max-width: 100%; white-space: normal; font-weight: 600; padding: 0 0.3rem; border-radius: 0.2rem; }
+.depthnb-adapted { font-size: 0.7rem; font-style: italic; }
 .depthnb-holds { background: #d8f0d8; color: #14501a; } .depthnb-fails { background: #f6d6d6; color: #6b1010; }
 .depthnb-open { background: #f7ecc8; color: #5a4500; } .depthnb-none { background: #e8e8e8; color: #333; }
 .bd-main .bd-content .bd-article-container { max-width: 100%; }  /* wide tables scroll in their own box, not the page */
-.depthnb-verdicts td:nth-child(2) { min-width: 16rem; }
-.depthnb-verdicts td:first-child { min-width: 11rem; }
 pre { white-space: pre-wrap; word-break: break-word; }
+/* A box wider than its content scrolls sideways; depthnb.js marks it, and it shows so: a visible scrollbar, and its
+   right edge fading out until it is scrolled to the end. */
+.depthnb-scrolls { -webkit-mask-image: linear-gradient(to right, #000 calc(100% - 2.5rem), transparent);
+                   mask-image: linear-gradient(to right, #000 calc(100% - 2.5rem), transparent); }
+.depthnb-scrolls.depthnb-scroll-end { -webkit-mask-image: none; mask-image: none; }
+.depthnb-scrolls::-webkit-scrollbar { height: 0.6rem; }
+.depthnb-scrolls::-webkit-scrollbar-thumb { background: var(--pst-color-border); border-radius: 0.3rem; }
+@supports not selector(::-webkit-scrollbar) { .depthnb-scrolls { scrollbar-width: thin; } }
+"""
+
+SITE_JS = """// depthnb.js: loaded (deferred) before the theme's own script.
+(() => {
+  // The contents list on the right marks the section in view: the last one whose heading has passed a reading line
+  // near the top of the window (none above the first heading), the last one shown once the page is scrolled to its
+  // end. The theme's own marker (the last heading inside the top 30% of the window: at the top of a short page, or
+  // in a full-page screenshot, the page's last section) is left without its list by renaming it.
+  const nav = document.getElementById("pst-page-toc-nav");
+  if (nav) {
+    nav.id = "depthnb-page-toc-nav";
+    const links = [...nav.querySelectorAll("a.nav-link")].filter((a) => a.hash.length > 1);
+    const heads = links.map((a) => {
+      const el = document.getElementById(decodeURIComponent(a.hash.slice(1)));
+      return el ? el.querySelector("h1, h2, h3, h4, h5, h6") || el : null;
+    });
+    let hold = 0, queued = false;
+    const mark = (link) => {
+      links.forEach((a) => {
+        a.classList.toggle("active", a === link);
+        if (a === link) a.setAttribute("aria-current", "true"); else a.removeAttribute("aria-current");
+      });
+      nav.querySelectorAll(".toc-entry").forEach((li) => li.classList.toggle("active", !!link && li.contains(link)));
+    };
+    const inView = () => {
+      const header = document.getElementById("pst-header");
+      const line = Math.max(0, header ? header.getBoundingClientRect().bottom : 0) + Math.min(window.innerHeight * 0.2, 100);
+      let found = -1;
+      heads.forEach((h, i) => { if (h && h.getBoundingClientRect().top <= line) found = i; });
+      const root = document.documentElement;
+      if (window.scrollY > 0 && window.innerHeight + window.scrollY >= root.scrollHeight - 2) {
+        heads.forEach((h, i) => { if (h && h.getBoundingClientRect().top < window.innerHeight) found = Math.max(found, i); });
+      }
+      return found < 0 ? null : links[found];
+    };
+    const update = () => { queued = false; if (Date.now() >= hold) mark(inView()); };
+    const later = () => { if (!queued) { queued = true; requestAnimationFrame(update); } };
+    const follow = () => {  // a followed link marks its own entry, even where the page cannot scroll that far
+      const link = links.find((a) => a.hash === window.location.hash);
+      if (link) { hold = Date.now() + 600; mark(link); }
+    };
+    window.addEventListener("scroll", later, {passive: true});
+    window.addEventListener("resize", later);
+    window.addEventListener("load", later);
+    window.addEventListener("hashchange", follow);
+    update();
+  }
+
+  // Wide tables scroll inside their own box; a box that does is marked, so that it shows it (depthnb.css).
+  const scrollBox = (el) => {
+    for (let box = el.parentElement; box && box.tagName !== "MAIN" && box !== document.body; box = box.parentElement) {
+      const o = getComputedStyle(box).overflowX;
+      if (o === "auto" || o === "scroll") return box;
+    }
+    return null;
+  };
+  const atEnd = (box) => box.classList.toggle("depthnb-scroll-end", box.scrollLeft + box.clientWidth >= box.scrollWidth - 1);
+  const cue = () => {
+    document.querySelectorAll("main table").forEach((t) => {
+      const box = scrollBox(t);
+      if (!box) return;
+      box.classList.toggle("depthnb-scrolls", box.scrollWidth > box.clientWidth + 1);
+      if (!box.dataset.depthnbCue) { box.dataset.depthnbCue = "1"; box.addEventListener("scroll", () => atEnd(box), {passive: true}); }
+      atEnd(box);
+    });
+  };
+  cue();
+  window.addEventListener("load", cue);
+  window.addEventListener("resize", cue);
+  document.addEventListener("toggle", cue, true);  // a table in a <details> has its width only once opened
+})();
 """
 
 
@@ -195,7 +281,8 @@ def sphinx_conf(settings: dict[str, str], mathjax_dir: str | None = None) -> str
         nb_execution_mode="off", nb_merge_streams=True, nb_ipywidgets_js={},
         exclude_patterns=["_build", "**.ipynb_checkpoints"],
         suppress_warnings=["myst.header", "misc.highlighting_failure", "toc.not_included"],
-        html_theme="sphinx_book_theme", html_static_path=["_static"] + ([mathjax_dir] if mathjax_dir else []), html_css_files=["depthnb.css"], html_extra_path=["_extra"],
+        html_theme="sphinx_book_theme", html_static_path=["_static"] + ([mathjax_dir] if mathjax_dir else []), html_css_files=["depthnb.css"],
+        html_js_files=[("depthnb.js", {"defer": "defer"})], html_extra_path=["_extra"],
         html_show_sourcelink=False, html_copy_source=False, html_last_updated_fmt=None,
         html_theme_options=dict(repository_url=settings.get("git_url", ""), repository_branch=settings.get("branch", "main"),
                                 path_to_docs="nbs", use_repository_button=True, home_page_in_toc=True,
@@ -374,6 +461,7 @@ def write_site_source(root: Path, pages: SitePages, log=print, preset: str = "ti
     (src / "_static").mkdir(parents=True)
     (src / "conf.py").write_text(sphinx_conf(settings, mathjax_static()))
     (src / "_static" / "depthnb.css").write_text(SITE_CSS)
+    (src / "_static" / "depthnb.js").write_text(SITE_JS)
     for o in outputs:  # served as they are (html_extra_path): thumbnails link to the full-size image, tables to the CSV
         (src / "_extra" / o.path).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(root / o.path, src / "_extra" / o.path)
@@ -386,10 +474,11 @@ def write_site_source(root: Path, pages: SitePages, log=print, preset: str = "ti
     for p in presets:
         (src / f"report-{p}.md").write_text(report_markdown(root, p, owners, experiment_page, f"report-{p}.html"))
     converted, missing_docs = {}, {}
+    links = {**names, **{f"figures/{p}/REPORT.md": f"report-{p}.html" for p in presets}}  # GitHub's links, as site pages
     for nb in ok:
         proc_nb = json.loads((proc / nb).read_text())
         page = names[nb.as_posix()]
-        converted[page] = out = myst_notebook(proc_nb, json.loads((nbs_path / nb).read_text()), page, doc_url, names, root)
+        converted[page] = out = myst_notebook(proc_nb, json.loads((nbs_path / nb).read_text()), page, doc_url, links, root)
         missing_docs[page] = undocumented([source_text(o.get("data", {}).get("text/markdown")) for c in proc_nb["cells"]
                                            for o in c.get("outputs", [])])
         if executed[nb] != nbs_path / nb:
@@ -405,9 +494,11 @@ def write_site_source(root: Path, pages: SitePages, log=print, preset: str = "ti
                 f"{len(listed.tooling)} tooling notebooks, "
                 "each with its title and first sentence", notebooks_table(nbs_path, listed, lambda rel: names[rel.as_posix()])))
             insert_after_heading(out, "## Gallery", gallery_html(root, presets, owners, experiment_page))
+            insert_after_heading(out, "## Headline results", headline_html(root, presets, owners, experiment_page))
             strip = lambda nbs: [names[n.as_posix()][:-len(".html")] for n in nbs if n in ok]
             out.cells.append(nbformat.v4.new_markdown_cell(
-                toctree("Results", results) + "\n\n" + toctree("Components", strip(pages.components)) + "\n\n"
+                toctree("Results", results) + "\n\n" + toctree("Guides", strip(pages.guides)) + "\n\n"
+                + toctree("Components", strip(pages.components)) + "\n\n"
                 + toctree("Experiments", strip(pages.experiments)) + "\n\n" + toctree("Tooling", strip(pages.tooling))))
     if n := sum(map(len, missing_docs.values())):
         log(f"{n} documented functions have no docstring (shown without one): "

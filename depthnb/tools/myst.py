@@ -26,7 +26,8 @@ def _relative(target: str, page: str) -> str:
 
 
 def fix_links(text: str, page: str, doc_url: str, notebook_pages: dict[str, str]) -> str:
-    "Make nbdev's links in Markdown `text` work inside this site, seen from `page` (e.g. `solver.html`)."
+    """Make nbdev's links in Markdown `text` work inside this site, seen from `page` (e.g. `solver.html`); `notebook_pages`
+    maps a notebook (`01_solver.ipynb`, `guides/01_running.ipynb`) or a report (`figures/cpu/REPORT.md`) to its page."""
     doc_url = doc_url.rstrip("/")
     # [text](url){key="value" ...}  ->  <a href="url" class="nbdev-link" target="...">text</a>
     def attrs_link(m):
@@ -42,7 +43,8 @@ def fix_links(text: str, page: str, doc_url: str, notebook_pages: dict[str, str]
         name, anchor = m.group(2), m.group(3) or ""
         return m.group(1) + _relative(notebook_pages[name], page) + anchor if name in notebook_pages else m.group(0)
 
-    return re.sub(r"(\]\(|href=\")(?:\.\./)*(?:nbs/)?((?:experiments/)?[\w.-]+\.ipynb)(#[^)\"\s]*)?", notebook_link, text)
+    return re.sub(r"(\]\(|href=\")(?:\.\./)*(?:nbs/)?((?:experiments/|guides/)?[\w.-]+\.ipynb|figures/[\w.-]+/REPORT\.md)"
+                  r"(#[^)\"\s]*)?", notebook_link, text)
 
 # %% ../../nbs/95b_myst.ipynb #30944f2b
 NO_DOCSTRING = type.__call__.__doc__  # what show_doc writes for a function without a docstring

@@ -8,7 +8,7 @@ from __future__ import annotations
 import configparser
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..reproduce import EXPERIMENTS
@@ -46,9 +46,10 @@ class SitePages:
     components: list[Path]
     experiments: list[Path]
     tooling: list[Path]
+    guides: list[Path] = field(default_factory=list)  # the reference the home page links to, read before the components
 
     def all(self) -> list[Path]:
-        return [self.home, *self.components, *self.experiments, *self.tooling]
+        return [self.home, *self.guides, *self.components, *self.experiments, *self.tooling]
 
 
 def is_tooling(nb_rel: Path) -> bool:
@@ -58,7 +59,8 @@ def is_tooling(nb_rel: Path) -> bool:
 
 
 def site_pages(nbs_path: Path) -> SitePages:
-    "Index, numbered component notebooks (by number), experiment notebooks (in pipeline order), tooling notebooks (by number)."
+    """Index, the guides of `nbs/guides/` (by name), numbered component notebooks (by number), experiment notebooks (in
+    pipeline order), tooling notebooks (by number)."""
     nbs_path = Path(nbs_path)
     if not (nbs_path / "index.ipynb").is_file():
         raise FileNotFoundError(f"{nbs_path / 'index.ipynb'} is missing: it is the home page and the README's source")
@@ -66,8 +68,9 @@ def site_pages(nbs_path: Path) -> SitePages:
     order = {f"{e.name}.ipynb": i for i, e in enumerate(EXPERIMENTS)}  # pipeline order; unregistered ones last
     experiments = sorted((p.relative_to(nbs_path) for p in (nbs_path / "experiments").glob("*.ipynb")),
                          key=lambda p: (order.get(p.name, len(order)), p.name))
+    guides = sorted(p.relative_to(nbs_path) for p in (nbs_path / "guides").glob("*.ipynb"))
     return SitePages(Path("index.ipynb"), [p for p in numbered if not is_tooling(p)], experiments,
-                     [p for p in numbered if is_tooling(p)])
+                     [p for p in numbered if is_tooling(p)], guides)
 
 # %% ../../nbs/95a_pages.ipynb #1729c078
 _DIRECTIVE = re.compile(r"^\s*#\s*\|\s*([\w-]+)\s*:?\s*(.*?)\s*$")
@@ -122,6 +125,8 @@ def notebooks_table(nbs_path: Path, pages: SitePages, link) -> str:
     rows = ["| notebook | what |", "|---|---|"]
     for rel in pages.components + pages.experiments + pages.tooling:
         title, summary = title_and_summary(json.loads((nbs_path / rel).read_text()))
-        what = short_caption(summary or "", 140).replace("|", "\\|")  # its first sentence: the page has the rest
+        summary = re.sub(r"\[([^\]]+)\]\([^)]*\)", r"\1", summary or "")  # its row links the notebook; a link inside
+        # the summary is relative to nbs/, which neither the README nor the site's home page is
+        what = short_caption(summary, 140).replace("|", "\\|")  # its first sentence: the page has the rest
         rows.append(f"| [{rel.with_suffix('').as_posix()}]({link(rel)}) — {title or rel.stem} | {what} |")
     return "\n".join(rows)

@@ -5,34 +5,75 @@
 # %% ../../nbs/95c_readme.ipynb #637b440a
 from __future__ import annotations
 
+import html
 import json
 from html.parser import HTMLParser
 from pathlib import Path
 
+import pandas as pd
+
 from .pages import find_root, notebooks_table, site_pages, source_text, split_directives
-from .site_results import (escape_pseudo_tags, paper_order, preset_outputs, report_sections, short_caption,
+from .site_results import (PAPER_NAMES, claim_output, claim_reference, escape_pseudo_tags, headline_rest,
+                                        headline_rows, paper_order, preset_outputs, report_sections, short_caption,
                                         shown_presets)
 
 # %% auto #0
-__all__ = ['gallery_markdown', 'html_table_markdown', 'readme_markdown', 'write_readme']
+__all__ = ['gallery_markdown', 'headline_markdown', 'html_table_markdown', 'readme_markdown', 'write_readme']
 
 # %% ../../nbs/95c_readme.ipynb #23588188
+def _figure_links(figs: list) -> str:
+    "Figures as one block of linked thumbnails (GitHub shows them side by side); each caption is in its image."
+    return "\n".join(f'<a href="{f.path.as_posix()}"><img src="{f.path.as_posix()}" width="32%" '
+                     f'alt="{html.escape(short_caption(f.caption, 200))}"></a>' for f in figs)
+
+
 def gallery_markdown(root: Path) -> str:
-    "The README's gallery: per shown preset, its figures in the papers' order with one caption each, then its tables' CSVs."
+    """The README's gallery: per shown preset, its figures in the papers' order as linked thumbnails (the first preset
+    shown, the others folded), then its tables' CSVs. A figure's caption is the one drawn into it: not repeated."""
     presets = shown_presets(root)
     if not presets:
         return "Nothing reproduced yet: run `make reproduce`."
     out = []
-    for preset in presets:
+    for k, preset in enumerate(presets):
         outs = paper_order(preset_outputs(root, preset), report_sections((root / "figures" / preset / "REPORT.md").read_text()))
-        out.append(f"### Preset `{preset}`\n\nThe verdicts and every table beside the papers': "
-                   f"[figures/{preset}/REPORT.md](figures/{preset}/REPORT.md).\n")
-        for f in (o for o in outs if o.kind == "figure"):
-            out.append(f"[![{short_caption(f.caption, 200)}]({f.path.as_posix()})]({f.path.as_posix()})\n\n"
-                       f"*{escape_pseudo_tags(f.caption)}*\n")
-        if tables := [o for o in outs if o.kind == "table"]:
-            out.append("Tables: " + " · ".join(f"[{t.stem}]({t.path.as_posix()})" for t in tables) + "\n")
+        figs, tables = [o for o in outs if o.kind == "figure"], [o for o in outs if o.kind == "table"]
+        body = [f"The verdicts and every table beside the papers': [figures/{preset}/REPORT.md](figures/{preset}/REPORT.md).\n"]
+        if figs:
+            body.append(_figure_links(figs) + "\n")
+        if tables:
+            body.append("Tables: " + " · ".join(f"[{t.stem}]({t.path.as_posix()})" for t in tables) + "\n")
+        if k == 0:
+            out += [f"### Preset `{preset}`\n", *body]
+        else:
+            out += [f"<details><summary>Preset <code>{preset}</code>: {len(figs)} figures, {len(tables)} tables</summary>\n",
+                    *body, "</details>\n"]
     return "\n".join(out)
+
+
+def headline_markdown(root: Path) -> str:
+    """The README's headline results: the first shown preset's decided claims (`site_results.headline_rows`), each with
+    its figure, then the rest counted, as the site's home page shows them (`site_results.headline_html`)."""
+    presets = shown_presets(root)
+    if not presets:
+        return "Nothing reproduced yet: run `make reproduce`."
+    preset = presets[0]
+    folder = root / "figures" / preset
+    fid = pd.read_csv(folder / "fidelity.csv", keep_default_na=False)
+    rows, sections = headline_rows(fid), report_sections((folder / "REPORT.md").read_text())
+    stems = {o.stem: o for o in preset_outputs(root, preset)}
+    cell = lambda text: str(text).replace("|", "\\|")
+    lines = [f"What the `{preset}` run decided: {len(rows)} of its {len(fid)} claims, by the paper's procedure or, where "
+             "labelled, by an adapted one.", "", "| claim | verdict | see |", "|---|---|---|"]
+    for r in rows.to_dict("records"):
+        o = claim_output(claim_reference(str(r["where"]), str(r["paper"])), sections, stems)
+        verdict = f"**{r['verdict']}**" + (f"; adapted: **{r['adapted_verdict']}**" if r.get("adapted_verdict") else "")
+        link = f"[{o.stem}]({o.path.as_posix()})" if o is not None else ""
+        lines.append(f"| **{cell(PAPER_NAMES.get(r['paper'], r['paper']))} {cell(r['where'])}** {cell(r['claim'])} | "
+                     f"{verdict} | {link} |")
+    lines += ["", f"The other {len(fid) - len(rows)}: {headline_rest(fid)}. Every claim with our numbers beside the paper's, "
+              f"its rule and why it is undecided: [figures/{preset}/REPORT.md](figures/{preset}/REPORT.md), and the docs "
+              "site's Results page."]
+    return "\n".join(lines)
 
 # %% ../../nbs/95c_readme.ipynb #36deaf63
 class _TableParser(HTMLParser):
@@ -99,6 +140,8 @@ def readme_markdown(root: Path) -> str:
             continue
         if cell["cell_type"] == "markdown":
             out.append(body)
+            if body.lstrip().startswith("## Headline results"):
+                out.append(headline_markdown(root))
             if body.lstrip().startswith("## The notebooks"):
                 out.append(notebooks_table(nbs_path, pages, lambda rel: f"nbs/{rel.as_posix()}"))
             if body.lstrip().startswith("## Gallery"):

@@ -17,12 +17,13 @@ from ..presets import PRESETS
 from ..reproduce import EXPERIMENTS
 
 # %% auto #0
-__all__ = ['PRESET_ORDER', 'PAPERS', 'VERDICT_CLASS', 'Output', 'shown_presets', 'preset_outputs', 'report_sections',
-           'paper_order', 'output_patterns', 'code_cells', 'output_cell', 'experiment_owners', 'escape_pseudo_tags',
-           'short_caption', 'thumbnail', 'figure_block', 'table_block', 'relative_url', 'page_outputs',
-           'experiment_results', 'with_results', 'split_evidence', 'shorten', 'stability_word', 'claim_reference',
-           'claim_output', 'output_url', 'adapted_badge', 'verdict_table', 'adapted_details', 'results_markdown',
-           'report_markdown', 'gallery_html']
+__all__ = ['PRESET_ORDER', 'PAPERS', 'VERDICT_CLASS', 'HEADLINE_VERDICTS', 'PAPER_NAMES', 'Output', 'shown_presets',
+           'preset_outputs', 'report_sections', 'paper_order', 'output_patterns', 'code_cells', 'output_cell',
+           'experiment_owners', 'escape_pseudo_tags', 'short_caption', 'thumbnail', 'figure_block', 'table_block',
+           'relative_url', 'page_outputs', 'experiment_results', 'with_results', 'split_evidence', 'claims_paper_says',
+           'paper_value', 'clauses', 'cut_at_sentence', 'evidence_html', 'stability_word', 'claim_reference',
+           'claim_output', 'output_url', 'adapted_badge', 'verdict_table', 'adapted_details', 'claim_link',
+           'results_markdown', 'report_markdown', 'gallery_html', 'headline_rows', 'headline_rest', 'headline_html']
 
 # %% ../../nbs/95d_site_results.ipynb #287ae77a
 PRESET_ORDER = ("paper", "small", "cpu", "tiny")  # the most meaningful first; any other shown preset after these
@@ -160,20 +161,22 @@ def thumbnail(out: Output, href: str, page: str | None = None, caption: bool = T
 
 
 def figure_block(out: Output, href: str) -> str:
-    "A figure at the text's width, linked to its full-size image, with its whole caption once."
-    return (f'<figure class="depthnb-figure" id="{html.escape(out.stem)}"><a href="{html.escape(href)}">'
-            f'<img src="{html.escape(href)}" alt="{html.escape(short_caption(out.caption, 200))}" loading="lazy"></a>'
-            f"<figcaption>{html.escape(out.caption)}</figcaption></figure>")
+    """A figure at the text's width, linked to its full-size image. Its caption is the one `save_figure` drew into the
+    PNG, so it is not repeated below it: the whole caption is the image's alt text and tooltip."""
+    cap = html.escape(out.caption)
+    return (f'<figure class="depthnb-figure" id="{html.escape(out.stem)}"><a href="{html.escape(href)}" title="{cap}">'
+            f'<img src="{html.escape(href)}" alt="{cap}" loading="lazy"></a></figure>')
 
 
 def table_block(out: Output, root: Path, href: str, max_rows: int = 12) -> str:
-    "A table as HTML (at most `max_rows` rows, then how many more and the full CSV), scrolling sideways inside its box."
+    "A table as HTML (at most `max_rows` rows, then how many more and the full CSV) under its caption, scrolling sideways inside its box."
     t = pd.read_csv(Path(root) / out.path)
     shown = t.head(max_rows)
     more = (f"first {max_rows} of {len(t)} rows; " if len(t) > max_rows else "") + f'<a href="{html.escape(href)}">CSV</a>'
     table = shown.to_html(index=False, border=0, classes="depthnb-table", na_rep="", float_format=lambda x: f"{x:.4g}")
-    return (f'<div class="depthnb-table-box" id="{html.escape(out.stem)}"><p class="depthnb-caption">'
-            f"<b>{html.escape(out.stem)}</b>: {html.escape(out.caption)} ({more})</p>\n{table}\n</div>")
+    return (f'<div class="depthnb-table-out" id="{html.escape(out.stem)}"><p class="depthnb-caption">'
+            f"<b>{html.escape(out.stem)}</b>: {html.escape(out.caption)} ({more})</p>\n"
+            f'<div class="depthnb-table-box">{table}</div>\n</div>')
 
 # %% ../../nbs/95d_site_results.ipynb #b85ce030
 def relative_url(target: str, page: str) -> str:
@@ -247,17 +250,61 @@ def split_evidence(evidence: str) -> tuple[str, str]:
     return text[:m.start()].strip().rstrip(".;") + ".", m.group(1).strip()
 
 
-def shorten(text: str, limit: int) -> str:
-    "`text` cut at a word to at most `limit` characters, with an ellipsis when cut."
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[:limit].rsplit(" ", 1)[0].rstrip(",;:(") + " …"
+def claims_paper_says() -> dict[tuple[str, str, str], str]:
+    "(paper, where, claim) -> the claim's own statement of the paper's number (`Claim.paper_says`), where it has one."
+    from depthnb.claims import CLAIMS
+
+    return {(c.paper, c.where, c.claim): c.paper_says for c in CLAIMS if c.paper_says}
+
+
+def paper_value(r: dict, says: dict[tuple[str, str, str], str]) -> str:
+    "What the paper says for a fidelity row: its evidence's `Paper ...` part, else the claim's `paper_says`, else ''."
+    return split_evidence(str(r["evidence"]))[1] or says.get((r["paper"], r["where"], r["claim"]), "")
+
+
+_ABBREVIATIONS = ("Fig.", "Figs.", "al.", "vs.", "e.g.", "i.e.", "App.", "Tab.", "cf.", "Eq.", "No.", "approx.")
+
+
+def clauses(text: str) -> list[str]:
+    """`text` cut after each sentence or `;`-clause that ends outside brackets (an abbreviation such as `Fig.` or
+    `e.g.` ends none), each piece with its own punctuation."""
+    text = " ".join(str(text).split())
+    out, start, depth = [], 0, 0
+    for i, ch in enumerate(text):
+        depth += (ch in "([") - (ch in ")]")
+        if ch in ".;" and depth <= 0 and i + 1 < len(text) and text[i + 1] == " ":
+            if ch == "." and text[:i + 1].endswith(_ABBREVIATIONS):
+                continue
+            out.append(text[start:i + 1])
+            start = i + 2
+    return out + ([text[start:]] if text[start:] else [])
+
+
+def cut_at_sentence(text: str, limit: int) -> tuple[str, str]:
+    """(shown, rest): the leading sentences (`clauses`) of `text` that fit in `limit` characters, at least the first
+    one whole, and the rest (empty when all of it fits). Nothing is cut inside a sentence."""
+    parts = clauses(text)
+    if not parts:
+        return "", ""
+    shown, i = parts[0], 1
+    while i < len(parts) and len(shown) + 1 + len(parts[i]) <= limit:
+        shown, i = f"{shown} {parts[i]}", i + 1
+    return shown, " ".join(parts[i:])
+
+
+def evidence_html(text: str, limit: int) -> str:
+    "`text` as HTML: whole if it fits in `limit`, else cut at a sentence with the rest one click away (`<details>`)."
+    shown, rest = cut_at_sentence(text, limit)
+    if not rest:
+        return html.escape(shown)
+    return (f'{html.escape(shown)}<details class="depthnb-more"><summary>more</summary>{html.escape(rest)}</details>')
 
 
 def stability_word(stability: str) -> str:
     "The verdicts' stability in a few words: `stable`, `fragile`, `not decided`, per task where it differs."
     found = re.findall(r"(?:(?:^|; )([^:;]+): )?(stable|fragile|not decided|no seeds to leave out)", str(stability))
     words = [f"{label} {word}" if label else word for label, word in found]
-    return "; ".join(dict.fromkeys(words)) or shorten(str(stability), 40)
+    return "; ".join(dict.fromkeys(words)) or cut_at_sentence(str(stability), 40)[0]
 
 
 def claim_reference(where: str, paper: str) -> str | None:
@@ -301,18 +348,22 @@ def adapted_badge(r: dict) -> str:
             f'<span class="depthnb-verdict depthnb-{cls}">{html.escape(verdict)}</span></span>')
 
 
-def verdict_table(rows: pd.DataFrame, links: list[str]) -> str:
-    "One paper's claims as an HTML table: claim, ours, the paper's, verdict, stability, links."
-    head = "<tr><th>claim</th><th>ours</th><th>paper</th><th>verdict</th><th>stability</th><th>see</th></tr>"
+def verdict_table(rows: pd.DataFrame, links: list[str], says: dict[tuple[str, str, str], str] | None = None) -> str:
+    """One paper's claims as an HTML table: claim, ours, the paper's (`paper_value`; `says`: `claims_paper_says()` by
+    default), the verdict with its stability under it, links. Long evidence is cut at a sentence, the rest one click
+    away in its cell."""
+    says = claims_paper_says() if says is None else says
+    head = "<tr><th>claim</th><th>ours</th><th>paper</th><th>verdict, stability</th><th>see</th></tr>"
     body = []
     for r, link in zip(rows.to_dict("records"), links):
-        ours, paper = split_evidence(str(r["evidence"]))
+        ours, paper = split_evidence(str(r["evidence"]))[0], paper_value(r, says)
         cls = VERDICT_CLASS.get(r["verdict"], "none")
         body.append(
             f"<tr><td><b>{html.escape(str(r['where']))}</b> {html.escape(str(r['claim']))}</td>"
-            f"<td>{html.escape(shorten(ours, 130))}</td><td>{html.escape(shorten(paper, 70))}</td>"
-            f'<td><span class="depthnb-verdict depthnb-{cls}">{html.escape(str(r["verdict"]))}</span>{adapted_badge(r)}</td>'
-            f'<td title="{html.escape(str(r["stability"]))}">{html.escape(stability_word(r["stability"]))}</td><td>{link}</td></tr>')
+            f'<td class="depthnb-ours">{evidence_html(ours, 130)}</td><td class="depthnb-paper">{evidence_html(paper, 90)}</td>'
+            f'<td><span class="depthnb-verdict depthnb-{cls}">{html.escape(str(r["verdict"]))}</span>{adapted_badge(r)}'
+            f'<div class="depthnb-stability" title="{html.escape(str(r["stability"]))}">{html.escape(stability_word(r["stability"]))}'
+            f'</div></td><td>{link}</td></tr>')
     return f'<div class="depthnb-table-box"><table class="depthnb-verdicts">{head}{"".join(body)}</table></div>'
 
 
@@ -324,6 +375,16 @@ def adapted_details(r: dict) -> str:
     return (f"<br><b>Adapted procedure</b> ({html.escape(verdict)}). {html.escape(str(r['adapted_evidence']))} "
             f"<i>Why adapted: {html.escape(str(r['adapted_why']))} Stability: "
             f"{html.escape(str(r['adapted_stability']))}</i>")
+
+
+def claim_link(r: dict, sections, stems: dict[str, Output], owners: dict[str, str], page: str, experiment_page) -> str:
+    "Links to the figure (or table) a fidelity row is about and to the page that makes it, as HTML; '' if none."
+    o = claim_output(claim_reference(str(r["where"]), str(r["paper"])), sections, stems)
+    if o is None:
+        return ""
+    file, made = output_url(o, owners, page, experiment_page)
+    return (f'<a href="{html.escape(file)}">{"figure" if o.kind == "figure" else "table"}</a>'
+            + (f' · <a href="{html.escape(made)}">page</a>' if made else ""))
 
 
 def results_markdown(root: Path, presets: list[str], owners: dict[str, str], experiment_page, page: str = "results.html") -> str:
@@ -350,15 +411,7 @@ def results_markdown(root: Path, presets: list[str], owners: dict[str, str], exp
                 f"{len(fid)} claims: {counts}. [The {preset} report](report-{preset}.html): every table and figure "
                 f"beside the papers'.", ""]
         for paper, rows in fid.groupby("paper", sort=False):
-            links = []
-            for r in rows.to_dict("records"):
-                o = claim_output(claim_reference(str(r["where"]), paper), sections, stems)
-                if o is None:
-                    links.append("")
-                    continue
-                file, made = output_url(o, owners, page, experiment_page)
-                links.append(f'<a href="{html.escape(file)}">{"figure" if o.kind == "figure" else "table"}</a>'
-                             + (f' · <a href="{html.escape(made)}">page</a>' if made else ""))
+            links = [claim_link(r, sections, stems, owners, page, experiment_page) for r in rows.to_dict("records")]
             out += [f"### {PAPERS.get(paper, paper)} ({preset})", "", verdict_table(rows, links), ""]
             details = "".join(f"<li><b>{html.escape(str(r['where']))}: {html.escape(str(r['claim']))}</b> "
                               f"({html.escape(str(r['verdict']))}). {html.escape(str(r['evidence']))} "
@@ -369,15 +422,19 @@ def results_markdown(root: Path, presets: list[str], owners: dict[str, str], exp
 
 # %% ../../nbs/95d_site_results.ipynb #e7066e98
 def report_markdown(root: Path, preset: str, owners: dict[str, str], experiment_page, page: str) -> str:
-    "`figures/<preset>/REPORT.md` as a site page: its links to files made site paths, its images linked thumbnails."
+    """`figures/<preset>/REPORT.md` as a site page: its links to files made site paths, its images linked thumbnails
+    without the caption paragraph below them (the PNG shows it; a `[note]` leading it stays)."""
     folder = f"figures/{preset}"
     text = (Path(root) / folder / "REPORT.md").read_text()
 
-    def image(m):
-        alt, name = m.groups()
+    def image(m):  # the caption below the image is the one drawn into the PNG: only a [note] before it stays
+        alt, name, caption = m.group(1), m.group(2), m.group(3) or ""
         href = relative_url(f"{folder}/{name}", page)
-        return (f'<div class="depthnb-report-fig"><a href="{html.escape(href)}"><img class="depthnb-report-img" '
-                f'src="{html.escape(href)}" alt="{html.escape(alt)}" loading="lazy"></a></div>')  # an HTML block, served as is
+        note = re.match(r"\[([^\]]*)\]", caption.strip())
+        tip = html.escape(" ".join(caption.split()) or alt)
+        block = (f'<div class="depthnb-report-fig"><a href="{html.escape(href)}" title="{tip}"><img class="depthnb-report-img" '
+                 f'src="{html.escape(href)}" alt="{tip}" loading="lazy"></a></div>')  # an HTML block, served as is
+        return block + (f"\n\n*{note.group(1)}*" if note else "")
 
     def link(m):
         label, name, ext = m.groups()
@@ -386,7 +443,7 @@ def report_markdown(root: Path, preset: str, owners: dict[str, str], experiment_
             return f"[{label}]({made or relative_url(f'{folder}/{name}.csv', page)})"
         return f"[{label}]({relative_url(f'{folder}/{name}.{ext}', page)})"
 
-    text = re.sub(r"^!\[([^\]]*)\]\(([\w.-]+\.png)\)", image, text, flags=re.M)
+    text = re.sub(r"^!\[([^\]]*)\]\(([\w.-]+\.png)\)(?:\n\n\*(.+)\*$)?", image, text, flags=re.M)
     text = re.sub(r"\[([^\]]*)\]\(([\w.-]+?)\.(md|csv|png|pdf)\)", link, text)
     return escape_pseudo_tags(text)
 
@@ -411,3 +468,44 @@ def gallery_html(root: Path, presets: list[str], owners: dict[str, str], experim
                    f'everything in <a href="{relative_url(f"report-{preset}.html", page)}">its report</a>')
         out.append(f"<details{' open' if k == 0 else ''}><summary>{summary}</summary>\n{body}\n</details>")
     return "\n\n".join(out)
+
+# %% ../../nbs/95d_site_results.ipynb #ca11d039
+HEADLINE_VERDICTS = ("holds", "does not hold", "mixed")  # what a run decided; inconclusive and untestable are not
+PAPER_NAMES = {"Petty": "Petty et al.", "Saunshi": "Saunshi et al.", "Beyond": "Beyond the papers:"}
+
+
+def headline_rows(fid: pd.DataFrame) -> pd.DataFrame:
+    "The claims of a fidelity table that its run decided, by the paper's procedure or by an adapted one."
+    adapted = fid["adapted_verdict"] if "adapted_verdict" in fid else pd.Series("", index=fid.index)
+    return fid[fid.verdict.isin(HEADLINE_VERDICTS) | adapted.isin(HEADLINE_VERDICTS)]
+
+
+def headline_rest(fid: pd.DataFrame) -> str:
+    "How many claims the run did not decide, by verdict (`5 inconclusive, 16 not testable, ...`)."
+    rest = fid.drop(headline_rows(fid).index)
+    return ", ".join(f"{n} {v}" for v, n in rest.verdict.value_counts().items())
+
+
+def headline_html(root: Path, presets: list[str], owners: dict[str, str], experiment_page, page: str = "index.html") -> str:
+    "The home page's headline results: the first shown preset's decided claims (`headline_rows`), linked, and the rest counted."
+    if not presets:
+        return "Nothing reproduced yet: run `make reproduce`, then `make docs`."
+    preset = presets[0]
+    folder = Path(root) / "figures" / preset
+    fid = pd.read_csv(folder / "fidelity.csv", keep_default_na=False)
+    rows, sections = headline_rows(fid), report_sections((folder / "REPORT.md").read_text())
+    stems = {o.stem: o for o in preset_outputs(root, preset)}
+    body = "".join(
+        f"<tr><td><b>{html.escape(PAPER_NAMES.get(r['paper'], r['paper']))} {html.escape(str(r['where']))}</b> "
+        f"{html.escape(str(r['claim']))}</td><td>"
+        f'<span class="depthnb-verdict depthnb-{VERDICT_CLASS.get(r["verdict"], "none")}">{html.escape(str(r["verdict"]))}</span>'
+        f"{adapted_badge(r)}</td><td>{claim_link(r, sections, stems, owners, page, experiment_page)}</td></tr>"
+        for r in rows.to_dict("records"))
+    results, report = relative_url("results.html", page), relative_url(f"report-{preset}.html", page)
+    return (f"<p>What the <code>{preset}</code> run decided: {len(rows)} of its {len(fid)} claims, by the paper's procedure "
+            f"or, where labelled, by an adapted one.</p>\n"
+            f'<div class="depthnb-table-box"><table class="depthnb-verdicts depthnb-headline"><tr><th>claim</th>'
+            f"<th>verdict</th><th>see</th></tr>{body}</table></div>\n"
+            f"<p>The other {len(fid) - len(rows)}: {html.escape(headline_rest(fid))}. Every claim with our numbers beside "
+            f'the paper\'s, its rule and why it is undecided: the <a href="{results}#preset-{preset}">Results page</a>; '
+            f'every table and figure: <a href="{report}">the {preset} report</a>.</p>')

@@ -19,7 +19,7 @@ from urllib.parse import urljoin, urlsplit
 
 # %% auto #0
 __all__ = ['BROWSER_REQUIREMENTS', 'CHROMIUM_FLAGS', 'MATH_PAGES', 'CHECKED_PAGES', 'FORBIDDEN_TEXT', 'crawl_links',
-           'forbidden_text', 'PageCheck', 'SiteCheck', 'serve_site', 'fetch_page', 'check_site']
+           'forbidden_text', 'PageCheck', 'SiteCheck', 'serve_site', 'fetch_page', 'toc_problems', 'check_site']
 
 # %% ../../nbs/95e_sitecheck.ipynb #bf774441
 BROWSER_REQUIREMENTS = ("playwright>=1.40", "jupyterlab>=4")  # the docs site and JupyterLab, checked in Chromium
@@ -126,6 +126,11 @@ class PageCheck:
     overflow_px: int = 0  # how much wider than the window the page is
     small_images: list[str] = field(default_factory=list)  # shown under a third of their width, with no link to them
     forbidden: list[str] = field(default_factory=list)  # FORBIDDEN_TEXT found in the rendered text
+    clipped: list[str] = field(default_factory=list)  # a verdict badge cut by its box's edge; a table cut, not scrolling visibly
+    empty_paper: int = 0  # rows of a verdict table whose "paper" cell is empty
+    cut_evidence: int = 0  # cells of a verdict table cut with an ellipsis
+    captions_twice: list[str] = field(default_factory=list)  # a readable figure whose caption (in the PNG) the text repeats
+    toc: list[str] = field(default_factory=list)  # the contents list marking another section than the one in view
 
     def problems(self, need_math: bool = False, need_images: bool = False) -> list[str]:
         out = []
@@ -147,6 +152,14 @@ class PageCheck:
         if self.small_images:
             out.append(f"{self.page}: images shown under a third of their width without a link: {self.small_images}")
         out += [f"{self.page}: {hit}" for hit in self.forbidden]
+        out += [f"{self.page}: clipped: {c}" for c in self.clipped]
+        if self.empty_paper:
+            out.append(f"{self.page}: {self.empty_paper} verdict rows with an empty paper cell")
+        if self.cut_evidence:
+            out.append(f"{self.page}: {self.cut_evidence} verdict-table cells cut with an ellipsis")
+        if self.captions_twice:
+            out.append(f"{self.page}: figures whose caption is shown twice (in the image and below it): {self.captions_twice}")
+        out += [f"{self.page}: contents list: {t}" for t in self.toc]
         return out
 
 
@@ -193,6 +206,44 @@ def fetch_page(url: str) -> tuple[int, str, str]:
 
 # %% ../../nbs/95e_sitecheck.ipynb #7177d944
 _PAGE_PROBE = """async () => {
+  const layout = () => {  // what a reader cannot see whole, or sees twice
+    const main = document.querySelector('main') || document.body;
+    const clipBox = (el) => {
+      for (let b = el.parentElement; b && b !== document.body; b = b.parentElement)
+        if (getComputedStyle(b).overflowX !== 'visible') return b;
+      return null;
+    };
+    const name = (el) => `${el.tagName.toLowerCase()}${el.classList[0] ? '.' + el.classList[0] : ''} "${el.textContent.trim().replace(/\\s+/g, ' ').slice(0, 40)}"`;
+    const clipped = [];
+    main.querySelectorAll('.depthnb-verdict').forEach((b) => {  // read without scrolling: wholly inside its box
+      const box = clipBox(b), r = b.getBoundingClientRect();
+      if (!box || !r.width) return;
+      const e = box.getBoundingClientRect();
+      if (r.right > e.left + box.clientWidth + 1 || r.left < e.left - 1) clipped.push(`${name(b)} cut by its box's edge`);
+    });
+    main.querySelectorAll('table').forEach((t) => {  // fits its box, or the box scrolls and shows it (depthnb-scrolls)
+      const box = clipBox(t);
+      if (!box || box.scrollWidth <= box.clientWidth + 1) return;
+      const scrolls = ['auto', 'scroll'].includes(getComputedStyle(box).overflowX);
+      if (scrolls && box.classList.contains('depthnb-scrolls')) return;
+      clipped.push(`${name(t)} cut at ${box.clientWidth} of ${box.scrollWidth} px` + (scrolls ? ' (its box scrolls without showing it)' : ''));
+    });
+    const cells = [...main.querySelectorAll('.depthnb-verdicts td')];
+    const shown = [];  // the page's rendered prose: not its code (a caption's source may quote it), not a closed <details>
+    const walk = document.createTreeWalker(main, NodeFilter.SHOW_TEXT);
+    for (let n = walk.nextNode(); n; n = walk.nextNode()) {
+      const el = n.parentElement;
+      if (el && !el.closest('pre, code, script, style, .cell_input, .highlight') && el.offsetParent) shown.push(n.nodeValue);
+    }
+    const text = shown.join(' ').replace(/\\s+/g, ' ');
+    return {
+      clipped,
+      emptyPaper: cells.filter((td) => td.classList.contains('depthnb-paper') && !td.textContent.trim()).length,
+      cutEvidence: cells.filter((td) => td.textContent.includes('\u2026')).length,
+      twice: [...main.querySelectorAll('img')].filter((i) => i.clientWidth >= 300 && (i.alt || '').length >= 40)
+        .filter((i) => text.includes(i.alt.replace(/\\s+/g, ' ').slice(0, 60))).map((i) => i.getAttribute('src')),
+    };
+  };
   if (window.MathJax && MathJax.startup && MathJax.startup.promise) { await MathJax.startup.promise; }
   const imgs = [...document.images];
   imgs.forEach(i => { i.loading = "eager"; });  // lazy images out of view would never load, and never finish
@@ -209,15 +260,61 @@ _PAGE_PROBE = """async () => {
     small: imgs.filter(i => i.naturalWidth > 0 && i.clientWidth > 0 && i.clientWidth * 3 < i.naturalWidth && !i.closest('a[href]'))
                .map(i => `${i.getAttribute('src')} (${i.clientWidth} of ${i.naturalWidth} px)`),
     text: (document.querySelector('main') || document.body).innerText,
+    ...layout(),
   };
 }"""
 
 
 
+_TOC_PROBE = """async () => {
+  const settle = () => new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(() => setTimeout(r, 120))));
+  const links = [...document.querySelectorAll('.bd-sidebar-secondary a.nav-link')].filter((a) => a.hash.length > 1);
+  const head = (a) => {
+    const el = document.getElementById(decodeURIComponent(a.hash.slice(1)));
+    return el && (el.querySelector('h1, h2, h3, h4, h5, h6') || el);
+  };
+  const marked = () => links.filter((a) => a.classList.contains('active')).map((a) => a.hash);
+  const problems = [];
+  if (!links.length) return problems;
+  window.scrollTo(0, 0); await settle();
+  let m = marked();
+  if (m.length > 1 || (m.length === 1 && m[0] !== links[0].hash))
+    problems.push(`at the top of the page it marks ${m.join(', ')}, not the first section (or none)`);
+  for (const i of [...new Set([0, Math.floor(links.length / 2), links.length - 1])]) {
+    const h = head(links[i]);
+    if (!h) { problems.push(`no heading for ${links[i].hash}`); continue; }
+    h.scrollIntoView(); await settle();
+    const atEnd = window.innerHeight + window.scrollY >= document.documentElement.scrollHeight - 2;
+    if (h.getBoundingClientRect().top > 5 && atEnd && i !== links.length - 1) continue;  // the page ends before it
+    m = marked();
+    if (m.length !== 1 || m[0] !== links[i].hash)
+      problems.push(`with ${links[i].hash} at the top of the window it marks ${m.join(', ') || 'nothing'}`);
+  }
+  window.scrollTo(0, 0); await settle();
+  return problems;
+}"""
+
+
+def toc_problems(page) -> list[str]:
+    """Whether the contents list on the right of an open Playwright `page` marks the section in view: none or the
+    first at the top of the page; each of its first, middle and last sections once scrolled to the top of the window;
+    none or the first with the whole page in one window (as in a full-page screenshot)."""
+    problems = page.evaluate(_TOC_PROBE)
+    size = page.viewport_size
+    page.set_viewport_size({"width": size["width"], "height": page.evaluate("document.documentElement.scrollHeight")})
+    page.wait_for_timeout(200)
+    marked = page.evaluate("() => [...document.querySelectorAll('.bd-sidebar-secondary a.nav-link.active')].map(a => a.hash)")
+    first = page.evaluate("() => (document.querySelector('.bd-sidebar-secondary a.nav-link') || {}).hash || ''")
+    page.set_viewport_size(size)
+    if marked not in ([], [first]):
+        problems.append(f"with the whole page in the window it marks {', '.join(marked)}, not the first section (or none)")
+    return problems
+
+
 def check_site(site: str | Path, pages=CHECKED_PAGES, screenshots: str | Path | None = None,
                chromium: str = "/usr/bin/chromium", every_page: bool = True) -> SiteCheck:
     """Crawl the built `site`'s links, open `pages` (and with `every_page` every page the crawl found) in headless
-    Chromium, search it; screenshots of `pages` to `screenshots`."""
+    Chromium, search it; screenshots of `pages` to `screenshots`, and their contents lists checked (`toc_problems`)."""
     from playwright.sync_api import sync_playwright
 
     t0, site = time.time(), Path(site)
@@ -250,7 +347,9 @@ def check_site(site: str | Path, pages=CHECKED_PAGES, screenshots: str | Path | 
                     page.screenshot(path=str(shot.with_name(shot.stem + "-full.png")), full_page=True)
                 results.append(PageCheck(name, resp.status if resp else 0, info["title"], info["images"], info["broken"],
                                          info["math"], info["typeset"], info["errors"], shot, failed,
-                                         info["overflow"], info["small"], forbidden_text(info["text"])))
+                                         info["overflow"], info["small"], forbidden_text(info["text"]),
+                                         info["clipped"], info["emptyPaper"], info["cutEvidence"], info["twice"],
+                                         toc_problems(page) if name in pages else []))
                 page.close()
             search = ctx.new_page()
             search.goto(base + "search.html?q=solver", wait_until="load")
