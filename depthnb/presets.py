@@ -70,7 +70,7 @@ CPU_BASE = Preset(  # what the cpu preset and its parts share; not registered, i
     description="The settings shared by the cpu preset and its parts.",
     hardware="2 CPU cores",
     size_classes=(CPU_CLASS,),
-    depths={"cpu": (1, 3, 6)},
+    depths={"cpu": (1, 2, 3, 4, 6)},
     seeds=(0,),
     tasks=("geoquery", "passivization"),
     pretrain=PretrainConfig(model=ModelConfig(n_ctx=128, n_vocab=2048),
@@ -120,13 +120,13 @@ PRESETS: dict[str, Preset] = {
     "cpu": replace(
         CPU_BASE,
         name="cpu",
-        description="Science on 2 CPU cores in four parts of under 2 hours each: the depth family's 1-, 3- and "
-                    "6-layer models with ten pretraining seeds (cpu-petty-a, cpu-petty-b) on GeoQuery and "
-                    "passivization with both controls on GeoQuery, and MIDAS vs its baseline on COGS-vf over "
-                    "thirteen stacking seeds (cpu-midas, cpu-midas-b); the report pools the parts (sized by experiments/cpu_sizing).",
+        description="Science on 2 CPU cores in five parts of at most about 2.5 hours each: the depth family's 1- to "
+                    "6-layer models with ten pretraining seeds (cpu-petty-a, -b, -c) on GeoQuery and passivization "
+                    "with both controls on GeoQuery, and MIDAS vs its baseline on COGS-vf over thirteen stacking "
+                    "seeds (cpu-midas, cpu-midas-b); the report pools the parts (sized by experiments/cpu_sizing).",
         seeds=tuple(range(10)),
         stack_seeds=tuple(range(13)),
-        parts=("cpu-petty-a", "cpu-petty-b", "cpu-midas", "cpu-midas-b"),
+        parts=("cpu-petty-a", "cpu-petty-b", "cpu-petty-c", "cpu-midas", "cpu-midas-b"),
         experiments=("report",),
     ),
     "small": Preset(
@@ -282,13 +282,18 @@ STACK_STUDIES: dict[str, tuple[tuple[str, dict], ...]] = {  # preset name -> its
 
 # %% ../nbs/00_foundations/02_presets.ipynb #dab78d20
 CPU_PETTY = ("petty_data", "petty_pretrain", "petty_finetune", "petty_equal_ppl", "petty_equal_loss")
+# minutes: experiments/cpu_sizing's allocation table (sizing_allocation: 5 depths, GeoQuery and passivization, about
+# 30 per seed) with the control's matched fine-tunes and the margin that part a's first run measured (112 vs 104)
 PRESETS["cpu-petty-a"] = replace(
-    CPU_BASE, name="cpu-petty-a", seeds=(0, 1, 2, 3, 4), experiments=("petty_shapes", *CPU_PETTY, "petty_latency", "petty_rank"),
-    description="Part a of cpu: the depth family's 1-, 3- and 6-layer models, pretraining seeds 0-4, on GeoQuery and "
-                "passivization, both controls on GeoQuery, Figs. 8-9 (112 minutes on a fresh clone).")
+    CPU_BASE, name="cpu-petty-a", seeds=(0, 1, 2), experiments=("petty_shapes", *CPU_PETTY, "petty_latency", "petty_rank"),
+    description="Part a of cpu: the depth family's 1-, 2-, 3-, 4- and 6-layer models, pretraining seeds 0-2, on "
+                "GeoQuery and passivization, both controls on GeoQuery, Figs. 8-9 (about 125 minutes estimated).")
 PRESETS["cpu-petty-b"] = replace(
-    CPU_BASE, name="cpu-petty-b", seeds=(5, 6, 7, 8, 9), experiments=CPU_PETTY,
-    description="Part b of cpu: part a's runs for pretraining seeds 5-9 (114 minutes on a fresh clone).")
+    CPU_BASE, name="cpu-petty-b", seeds=(3, 4, 5), experiments=CPU_PETTY,
+    description="Part b of cpu: part a's runs for pretraining seeds 3-5 (about 112 minutes estimated).")
+PRESETS["cpu-petty-c"] = replace(
+    CPU_BASE, name="cpu-petty-c", seeds=(6, 7, 8, 9), experiments=CPU_PETTY,
+    description="Part c of cpu: part a's runs for pretraining seeds 6-9 (about 150 minutes estimated).")
 PRESETS["cpu-midas"] = replace(
     CPU_BASE, name="cpu-midas", tasks=("cogs_vf",), stack_seeds=tuple(range(8)),
     experiments=("petty_data", "midas_stacking", "midas_primitives", "midas_cogs", "midas_downstream"),
