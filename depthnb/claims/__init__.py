@@ -369,7 +369,7 @@ def check_claims(tables: FigureTables, claims: list[Claim] = CLAIMS) -> pd.DataF
             row.update(adapted_verdict=a_verdict, adapted_stability=a_stability, adapted_rule=c.adapted.rule,
                        adapted_evidence=f"{a_evidence} Adapted rule: {c.adapted.rule}.", adapted_why=c.adapted.why)
         rows.append(row)
-    return pd.DataFrame(rows, columns=FIDELITY_COLUMNS).fillna("")
+    return pd.DataFrame(rows, columns=FIDELITY_COLUMNS).astype(object).fillna("")
 
 # %% ../../nbs/05_analysis/05_claims.ipynb #abdd7b00
 CHANGE_LOG = "verdict_changes.csv"  # in figures/: every move of a committed verdict since the record
