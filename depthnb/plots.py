@@ -332,14 +332,18 @@ def figure_equal_perplexity(metrics: pd.DataFrame, selection: pd.DataFrame, spli
 
 # %% ../nbs/05_analysis/06_plots.ipynb #d28c8608
 def figure_equal_loss(loss: pd.DataFrame, selection: pd.DataFrame):
-    "Petty et al. Figure 7: (a) in-distribution loss by depth with the threshold; (b) gen accuracy at equal loss."
+    """Petty et al. Figure 7: (a) in-distribution loss by depth with the threshold (one per part where the runs come
+    from a preset's parts, each part's runs reaching their own); (b) gen accuracy at equal loss."""
     fig, (a, b) = plt.subplots(1, 2, figsize=(10.5, 3.8))
     pal = depth_palette(loss.n_layers)
     for (n, seed), g in loss.groupby(["n_layers", "seed"]):
         g = g.drop_duplicates("step", keep="last").sort_values("step")
         a.plot(g.step, g.loss, color=pal[n], lw=1.3, label=_layers(n) if seed == loss.seed.min() else None)
-    thr = selection.threshold.iloc[0]
-    a.axhline(thr, color="black", ls="--", lw=1, label=f"threshold {thr:.3g}")
+    thresholds = sorted(selection.threshold.dropna().unique())
+    label = (f"threshold {thresholds[0]:.3g}" if len(thresholds) == 1
+             else f"thresholds {thresholds[0]:.3g} to {thresholds[-1]:.3g}")
+    for i, thr in enumerate(thresholds):
+        a.axhline(thr, color="black", ls="--", lw=1, label=label if i == 0 else None)
     hit = selection[selection.step.notna()]
     a.plot(hit.step, hit.loss, "o", color="black", markersize=5, zorder=5)
     a.set(xlabel="fine-tuning step", ylabel="in-distribution loss", yscale="log", title="(a) in-distribution loss")

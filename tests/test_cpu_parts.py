@@ -163,8 +163,8 @@ def test_threads_default_matches_the_workers():
 
 
 def test_report_redraws_the_pooled_figures(tmp_path):
-    """The report of a preset in parts redraws Figures 2-4 and Table 3 over every part's seeds, where a copy would show
-    one part's (a few rows in the real tables' format, nothing trained; the real report notebook runs)."""
+    """The report of a preset in parts redraws Figures 2-4, Table 3 and Figure 7 over every part's seeds, where a copy
+    would show one part's (a few rows in the real tables' format, nothing trained; the real report notebook runs)."""
     figures = tmp_path / "figures"
     for part, seeds in (("cpu-petty-a", (0, 1)), ("cpu-petty-b", (5,))):
         folder = figures / part
@@ -177,6 +177,18 @@ def test_report_redraws_the_pooled_figures(tmp_path):
                            id_split="dev", id_n=200, id_accuracy=0.9, id_loss=0.1, run_dir="x") for r in runs]
                      ).to_csv(folder / "finetune_accuracy.csv", index=False)
         (folder / "petty_fig4_generalization.txt").write_text(f"Fig. 4 of {part}")
+        threshold = {"cpu-petty-a": 0.2, "cpu-petty-b": 0.25}[part]  # each part's runs reach their own
+        snaps = pd.DataFrame([dict(n_layers=r["n_layers"], seed=r["seed"], step=step, dense=False, loss=loss,
+                                   accuracy=acc, n=280 if acc == acc else None, paired_halfwidth=None)
+                              for r in runs for step, loss, acc in ((50, 0.5, np.nan), (100, threshold - 0.01, 0.01 * r["n_layers"]),
+                                                                    (1000, 0.1, 0.5))])
+        snaps.to_csv(folder / "petty_fig7_snapshots_cpu.csv", index=False)
+        pd.DataFrame([dict(n_layers=r["n_layers"], seed=r["seed"], threshold=threshold, status="within_tolerance",
+                           step=100, loss=threshold - 0.01, interpolated=False, crossing_step=100, lag_steps=0,
+                           prev_step=50, prev_loss=0.5, best_loss=0.1, final_loss=0.1, n_snapshots=3, n_unscored=0,
+                           accuracy=0.01 * r["n_layers"], dense=False) for r in runs]
+                     ).to_csv(folder / "petty_fig7_selection_cpu.csv", index=False)
+        (folder / "petty_fig7_equal_loss_cpu.txt").write_text(f"Fig. 7 of {part}")
     for empty in ("cpu-petty-c", "cpu-midas", "cpu-midas-b"):
         (figures / empty).mkdir()
     reproduce("cpu", only=["report"], runs_dir=tmp_path / "runs", figures_dir=figures, log=lambda *a: None)
@@ -188,3 +200,7 @@ def test_report_redraws_the_pooled_figures(tmp_path):
     assert t3.loc[6, "GeoQuery"] == pytest.approx(100 * (0.56 + (0 + 1 + 5) / 3 * 0.01), abs=0.01)
     manifest = pd.read_csv(out / "pooled_parts.csv").set_index("file").source
     assert manifest["petty_table3.csv"].startswith("redrawn") and manifest["finetune_accuracy.csv"].startswith("pooled")
+    fig7 = (out / "petty_fig7_equal_loss_cpu.txt").read_text()  # every seed's runs, each part's threshold
+    assert "over 3 pretraining seeds (0, 1, 5; pooled over cpu-petty-a, cpu-petty-b)" in fig7, fig7
+    assert "thresholds 0.2000 to 0.2500 (one per part)" in fig7 and "equal loss by depth: 1: 1.0%, 3: 3.0%, 6: 6.0%" in fig7
+    assert manifest["petty_fig7_equal_loss_cpu.png"].startswith("redrawn")
